@@ -1,0 +1,82 @@
+"""The MLP used as Q-network: Linear layers with ReLU between them.
+
+The same `MLPSpec` travels inside every policy blob (as `actorq.v1.ModelSpec`), so an
+actor can rebuild the network from a blob alone, without any fp32 weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class MLPSpec:
+    """Shape of an MLP: obs_dim -> hidden[0] -> ... -> hidden[-1] -> num_outputs."""
+
+    obs_dim: int
+    num_outputs: int
+    hidden: tuple[int, ...] = (256, 256)
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        if self.obs_dim < 1 or self.num_outputs < 1:
+            raise ValueError(
+                f"MLPSpec needs obs_dim >= 1 and num_outputs >= 1, got "
+                f"obs_dim={self.obs_dim}, num_outputs={self.num_outputs}"
+            )
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")
+        if self.activation != "relu":
+            raise ValueError(f"unsupported activation {self.activation!r}; expected 'relu'")
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """All layer widths from input to output."""
+        return (self.obs_dim, *self.hidden, self.num_outputs)
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Expected parameter shapes, keyed by state-dict name, in layer order."""
+        shapes: dict[str, tuple[int, ...]] = {}
+        for name, (fan_in, fan_out) in zip(
+            linear_layer_names(len(self.widths) - 1), zip(self.widths, self.widths[1:])
+        ):
+            shapes[f"{name}.weight"] = (fan_out, fan_in)
+            shapes[f"{name}.bias"] = (fan_out,)
+        return shapes
+
+    def fp32_bytes(self) -> int:
+        """Bytes of all parameters as fp32."""
+        total = 0
+        for shape in self.weight_shapes().values():
+            n = 1
+            for d in shape:
+                n *= d
+            total += 4 * n
+        return total
+
+
+def linear_layer_names(num_layers: int) -> list[str]:
+    """State-dict prefixes of the Linear layers inside `QNetwork.layers`."""
+    # Linear layers sit at even indices of the Sequential (ReLU at odd ones).
+    return [f"layers.{2 * i}" for i in range(num_layers)]
+
+
+class QNetwork(nn.Module):
+    """fp32 MLP mapping observations to one value per output (Q-values for DQN)."""
+
+    def __init__(self, spec: MLPSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        modules: list[nn.Module] = []
+        widths = spec.widths
+        for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+            modules.append(nn.Linear(fan_in, fan_out))
+            if i < len(widths) - 2:
+                modules.append(nn.ReLU())
+        self.layers = nn.Sequential(*modules)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.layers(obs)
