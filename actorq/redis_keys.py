@@ -34,6 +34,11 @@ class RedisKeys:
         return f"{self.prefix}:learner:updates"
 
     @property
+    def learner_sampled(self) -> str:
+        """Transitions the learner has sampled so far (updates x batch size)."""
+        return f"{self.prefix}:learner:sampled"
+
+    @property
     def episodes_stream(self) -> str:
         """One entry per finished episode (actors and evaluator), for progress and plots."""
         return f"{self.prefix}:episodes"

@@ -1,0 +1,54 @@
+# actorq: the verbs people expect. Every target sets up the venv itself when needed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	./scripts/setup.sh
+	@touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install actorq with its pinned dependencies
+
+run: $(STAMP)  ## train DQN on CartPole-v1 with int8 actors (embedded Redis); ARGS="--actors 4" to change
+	$(VENV)/bin/actorq run $(ARGS)
+
+test: $(STAMP)  ## the whole suite: unit, integration (real Redis + gRPC), end to end
+	./scripts/test.sh
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit -q
+
+test-integration: $(STAMP)
+	$(PY) -m pytest tests/integration -q
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest tests/e2e -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+proto: $(STAMP)  ## regenerate actorq/v1 from proto/
+	./scripts/gen_proto.sh
+
+proto-check: $(STAMP)  ## fail if the committed generated code differs from a fresh generation
+	./scripts/gen_proto.sh
+	git diff --exit-code -- actorq/v1 || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
+
+bench: $(STAMP)  ## print the benchmark tables recorded in BENCHMARKS.md
+	$(PY) bench/bench_quant.py
+	$(PY) bench/bench_actor.py
+
+bench-quick: $(STAMP)
+	$(PY) bench/bench_quant.py --quick
+	$(PY) bench/bench_actor.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,5 @@
+import sys
+
+from actorq.cli import main
+
+sys.exit(main())

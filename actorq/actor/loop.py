@@ -1,0 +1,250 @@
+"""The actor's env loop and the evaluator's rounds.
+
+Actor: M envs stepped together, one batched forward of the quantized policy per step,
+Ape-X epsilon-greedy, transitions stamped (actor, version, precision) and pushed to Redis
+every `push_every` transitions. The evaluator acts greedily, writes nothing to replay, and
+evaluates each new policy version with one episode per env.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import redis
+import torch
+
+from actorq import metrics
+from actorq.actor.episodes import EpisodeTracker
+from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
+from actorq.config import ActorSettings
+from actorq.envs import next_obs_for_replay
+from actorq.exploration import apex_epsilon, epsilon_greedy
+from actorq.redis_keys import RedisKeys
+from actorq.replay import RedisReplayWriter, SampleToInsertRatio, TransitionBatch
+
+log = logging.getLogger(__name__)
+
+
+def policy_q_values(policy: LoadedPolicy, obs: np.ndarray, instance: str) -> np.ndarray:
+    """One batched forward; its latency goes to the inference histogram."""
+    started = time.perf_counter()
+    with torch.inference_mode():
+        q = policy.module(torch.from_numpy(obs)).numpy()
+    metrics.ACTOR_INFERENCE_SECONDS.labels(instance, policy.precision).observe(
+        time.perf_counter() - started
+    )
+    return q
+
+
+class _PendingTransitions:
+    """Transitions collected since the last push, kept until Redis acknowledges them."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.count = 0
+
+    def add(self, obs, action, reward, next_obs, done) -> None:  # noqa: ANN001
+        self.parts.append((obs, action, reward, next_obs, done))
+        self.count += len(action)
+
+    def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
+        obs, action, reward, next_obs, done = (np.concatenate(x) for x in zip(*self.parts))
+        return TransitionBatch(
+            obs=obs.astype(np.float32, copy=False),
+            action=action.astype(np.int64, copy=False),
+            reward=reward.astype(np.float32, copy=False),
+            next_obs=next_obs.astype(np.float32, copy=False),
+            done=done.astype(bool, copy=False),
+            actor_id=actor_id,
+            policy_version=version,
+            precision=precision,
+        )
+
+    def clear(self) -> None:
+        self.parts.clear()
+        self.count = 0
+
+
+def _actor_limiter(settings: ActorSettings) -> SampleToInsertRatio | None:
+    """Actors' side of the samples-per-insert ratio (the learner enforces the other side).
+
+    Actors may run `insert_error_buffer` transitions ahead of what the learner's sampling
+    implies; the buffer must exceed the learner's warm-up size or actors would stall it.
+    """
+    spi = settings.samples_per_insert
+    if spi <= 0:
+        return None
+    return SampleToInsertRatio(spi, 1, settings.insert_error_buffer * spi)
+
+
+class Actor:
+    """Steps the env with the follower's current policy and feeds the replay stream."""
+
+    def __init__(
+        self,
+        settings: ActorSettings,
+        env,  # noqa: ANN001 - gymnasium VectorEnv
+        follower: PolicyFollower,
+        client: redis.Redis,
+        keys: RedisKeys,
+        stop: threading.Event,
+    ) -> None:
+        self.s = settings
+        self.env = env
+        self.follower = follower
+        self.client = client
+        self.keys = keys
+        self.stop = stop
+        self.instance = settings.instance_id
+        self.epsilon = apex_epsilon(
+            settings.actor_index, settings.num_actors, settings.epsilon_base, settings.epsilon_alpha
+        )
+        self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
+        self.writer = RedisReplayWriter(
+            client, keys, maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1)
+        )
+        self.episodes = EpisodeTracker(env.num_envs, self.instance, "train")
+        self.pending = _PendingTransitions()
+        self.env_steps = 0
+        self.inserted = 0
+        self.version_of_pending = 0
+        self.precision = "int8"
+        self.limiter = _actor_limiter(settings)
+        self._backoff = 0.05
+
+    def run(self) -> None:
+        # Every transition carries a real policy version, so wait for the first one.
+        while not self.stop.is_set() and not self.follower.wait_for_policy(0.1):
+            pass
+        obs, _ = self.env.reset(seed=self.s.seed + 1000 * self.s.actor_index)
+        log.info("%s acting with epsilon %.4f on %d envs", self.instance, self.epsilon, self.env.num_envs)
+        while not self.stop.is_set() and not self._budget_spent():
+            obs = self._step(obs)
+            if self.pending.count >= self.s.push_every:
+                self._push()
+        self._push(final=True)
+
+    def _budget_spent(self) -> bool:
+        return self.s.max_env_steps > 0 and self.env_steps >= self.s.max_env_steps
+
+    def _actions(self, obs: np.ndarray) -> tuple[np.ndarray, int, str]:
+        policy = self.follower.current
+        assert policy is not None  # run() waits for the first policy
+        q = policy_q_values(policy, obs, self.instance)
+        return epsilon_greedy(q, self.epsilon, self.rng), policy.version, policy.precision
+
+    def _step(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float32)
+        actions, version, precision = self._actions(obs)
+        next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        stored_next = next_obs_for_replay(next_obs, infos, terminated, truncated)
+        self.pending.add(obs, np.asarray(actions), rewards, stored_next, terminated)
+        self.version_of_pending, self.precision = version, precision
+        self.env_steps += len(actions)
+        metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(len(actions))
+        self._track_episodes(rewards, terminated | truncated, version)
+        return next_obs
+
+    def _track_episodes(self, rewards: np.ndarray, ended: np.ndarray, version: int) -> None:
+        before = self.episodes.count
+        self.episodes.step(rewards, ended, version, self.env_steps)
+        if self.episodes.count != before:
+            metrics.ACTOR_EPISODES.labels(self.instance).inc(self.episodes.count - before)
+            metrics.ACTOR_EPISODE_RETURN.labels(self.instance).set(self.episodes.mean_return)
+
+    def _push(self, final: bool = False) -> None:
+        """Send pending transitions; on a Redis outage keep them and back off."""
+        if self.pending.count == 0:
+            return
+        batch = self.pending.batch(self.instance, self.version_of_pending, self.precision)
+        try:
+            acknowledged = self.writer.write(batch)
+            self.episodes.flush(self.client, self.keys, self.s.episodes_maxlen)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._on_redis_error(exc, final)
+            return
+        self.pending.clear()
+        self.inserted += acknowledged
+        self._backoff = 0.05
+        metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(acknowledged)
+        self._respect_rate_limit()
+
+    def _on_redis_error(self, exc: Exception, final: bool) -> None:
+        metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
+        log.warning("redis unavailable (%s); holding %d transitions", exc, self.pending.count)
+        if not final:
+            self.stop.wait(self._backoff)
+            self._backoff = min(self._backoff * 2, 2.0)
+
+    def _respect_rate_limit(self) -> None:
+        """Wait while all actors together run too far ahead of the learner's sampling."""
+        if self.limiter is None:
+            return
+        started = time.perf_counter()
+        while not self.stop.is_set():
+            inserted, sampled = self.client.mget(self.keys.inserted_counter, self.keys.learner_sampled)
+            if self.limiter.can_insert(int(inserted or 0), int(sampled or 0), 1):
+                break
+            self.stop.wait(0.005)
+        waited = time.perf_counter() - started
+        if waited > 0.001:
+            metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance).inc(waited)
+
+
+class Evaluator:
+    """Greedy rounds: each new policy version gets one episode per env."""
+
+    def __init__(
+        self,
+        settings: ActorSettings,
+        env,  # noqa: ANN001 - gymnasium VectorEnv
+        follower: PolicyFollower,
+        client: redis.Redis,
+        keys: RedisKeys,
+        stop: threading.Event,
+    ) -> None:
+        self.s, self.env, self.follower = settings, env, follower
+        self.client, self.keys, self.stop = client, keys, stop
+        self.instance = settings.instance_id
+        self.episodes = EpisodeTracker(env.num_envs, self.instance, "eval")
+        self.env_steps = 0
+        self.rounds = 0
+        self.evaluated_version = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            policy = self.follower.current
+            if policy is None or policy.version == self.evaluated_version:
+                self.stop.wait(0.05)
+                continue
+            self._round(policy)
+            self._flush()
+
+    def _round(self, policy: LoadedPolicy) -> None:
+        obs, _ = self.env.reset(seed=self.s.seed + 100_003 * (self.rounds + 1))
+        active = np.ones(self.env.num_envs, dtype=bool)
+        self.episodes.returns[:] = 0.0
+        self.episodes.lengths[:] = 0
+        while active.any() and not self.stop.is_set():
+            q = policy_q_values(policy, np.asarray(obs, dtype=np.float32), self.instance)
+            obs, rewards, terminated, truncated, _ = self.env.step(q.argmax(axis=1))
+            steps = int(active.sum())
+            self.env_steps += steps
+            metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(steps)
+            ended = (terminated | truncated) & active
+            self.episodes.step(np.where(active, rewards, 0.0), ended, policy.version, self.env_steps)
+            active &= ~ended
+        self.rounds += 1
+        self.evaluated_version = policy.version
+        metrics.ACTOR_EPISODES.labels(self.instance).inc(self.env.num_envs)
+        metrics.ACTOR_EPISODE_RETURN.labels(self.instance).set(self.episodes.mean_return)
+
+    def _flush(self) -> None:
+        try:
+            self.episodes.flush(self.client, self.keys, self.s.episodes_maxlen)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
+            log.warning("redis unavailable (%s); holding %d episodes", exc, len(self.episodes.pending))

@@ -1,0 +1,104 @@
+"""The `actorq` command. `actorq run --help` lists every flag."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from actorq import __version__
+from actorq.config import PRECISIONS, ConfigError, RunSettings, parse_int_tuple
+
+EXIT_USER_ERROR = 2
+
+
+def _hidden(text: str) -> tuple[int, ...]:
+    try:
+        return parse_int_tuple(text, "--hidden")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _target(text: str) -> float | None:
+    if text.lower() in ("none", "off"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
+
+
+def _add_run_parser(sub: argparse._SubParsersAction) -> None:
+    d = RunSettings()
+    p = sub.add_parser(
+        "run",
+        help="train on this machine: embedded Redis, quantizer, learner, N actors, evaluator",
+        description="Run ActorQ training with every service as a separate local process.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--env", default=d.env, help="gymnasium env id (discrete actions)")
+    p.add_argument("--algo", default=d.algo, choices=["dqn"], help="learning algorithm")
+    p.add_argument("--actors", type=int, default=d.actors, help="actor processes")
+    p.add_argument("--envs-per-actor", type=int, default=d.envs_per_actor, help="envs per actor")
+    p.add_argument("--precision", default=d.precision, choices=PRECISIONS, help="actor policy precision")
+    p.add_argument("--hidden", type=_hidden, default=d.hidden, help="hidden widths, e.g. 512,512,512")
+    p.add_argument("--max-env-steps", type=int, default=d.max_env_steps, help="stop after this many actor env steps")
+    p.add_argument("--target-return", type=_target, default=d.target_return,
+                   help="stop when the evaluator's mean over its last 100 episodes reaches this ('none' = never)")
+    p.add_argument("--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)")
+    p.add_argument("--seed", type=int, default=d.seed, help="random seed")
+    p.add_argument("--run-dir", default=d.run_dir, help="output folder (default runs/<env>-<precision>-<time>)")
+    p.add_argument("--redis-url", default=d.redis_url,
+                   help="external Redis, e.g. redis://host:6379/0 (default: start an embedded one)")
+    p.add_argument("--eval-envs", type=int, default=d.eval_envs, help="evaluator envs (episodes per version)")
+    p.add_argument("--samples-per-insert", type=float, default=d.samples_per_insert,
+                   help="replay ratio enforced between learner and actors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="actorq",
+        description="Distributed off-policy RL with int8-quantized actors (ActorQ).",
+    )
+    parser.add_argument("--version", action="version", version=f"actorq {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    settings = RunSettings(
+        env=args.env,
+        algo=args.algo,
+        actors=args.actors,
+        envs_per_actor=args.envs_per_actor,
+        precision=args.precision,
+        hidden=args.hidden,
+        max_env_steps=args.max_env_steps,
+        target_return=args.target_return,
+        max_seconds=args.max_seconds,
+        seed=args.seed,
+        run_dir=args.run_dir,
+        redis_url=args.redis_url,
+        eval_envs=args.eval_envs,
+        samples_per_insert=args.samples_per_insert,
+    )
+    from actorq.launch.run import run  # imports torch etc. only when needed
+
+    return run(settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from actorq.service import USER_ERRORS
+
+    try:
+        if args.command == "run":
+            return _run(args)
+    except USER_ERRORS as exc:
+        print(f"actorq: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

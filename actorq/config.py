@@ -1,0 +1,279 @@
+"""Typed settings for every service, read from environment variables.
+
+Each service has one settings dataclass. A field `foo_bar` is set by the environment
+variable `ACTORQ_FOO_BAR`; defaults work on localhost. Compose, Kubernetes and
+`actorq run` configure services only through these variables, so the code path is the
+same everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+ENV_PREFIX = "ACTORQ_"
+PRECISIONS = ("fp32", "fp16", "int8")
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message names it."""
+
+
+def parse_int_tuple(text: str, name: str = "value") -> tuple[int, ...]:
+    """Parse '512,512,512' into (512, 512, 512); every width must be a positive int."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ConfigError(
+            f"{name}: expected comma-separated positive integers like 256,256, got {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(
+            f"{name}: expected comma-separated positive integers like 256,256, got {text!r}"
+        )
+    return values
+
+
+def _parse_bool(text: str, name: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}: expected true/false, got {text!r}")
+
+
+def _parse_value(text: str, kind: Any, name: str) -> Any:
+    """Convert one environment string to the field's declared type."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(kind) if a is not type(None)]
+        if text.strip().lower() in ("", "none"):
+            return None
+        return _parse_value(text, inner[0], name)
+    if kind is bool:
+        return _parse_bool(text, name)
+    if kind is int or kind is float:
+        try:
+            return kind(text)
+        except ValueError:
+            raise ConfigError(f"{name}: expected {kind.__name__}, got {text!r}") from None
+    if origin is tuple:
+        return parse_int_tuple(text, name)
+    return text
+
+
+def load_settings(
+    cls: type[T],
+    environ: Mapping[str, str] | None = None,
+    prefix: str = ENV_PREFIX,
+    **overrides: Any,
+) -> T:
+    """Build settings `cls` from `prefix`+FIELD variables, then apply explicit overrides."""
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        var = prefix + f.name.upper()
+        if var in environ:
+            values[f.name] = _parse_value(environ[var], hints[f.name], var)
+    values.update(overrides)
+    return cls(**values)
+
+
+def to_environ(settings: Any, prefix: str = ENV_PREFIX) -> dict[str, str]:
+    """The inverse of `load_settings`: variables that reproduce `settings`."""
+    env: dict[str, str] = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if value is None or isinstance(value, dict):
+            continue
+        if isinstance(value, tuple):
+            text = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        env[prefix + f.name.upper()] = text
+    return env
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _check_precision(precision: str) -> None:
+    _check(
+        precision in PRECISIONS,
+        f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}",
+    )
+
+
+def _check_port(name: str, port: int) -> None:
+    _check(0 <= port <= 65535, f"{name}: expected a port in 0..65535 (0 = pick a free one), got {port}")
+
+
+@dataclass
+class CommonSettings:
+    """Settings every service shares."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"  # where replay and policy blobs live
+    redis_prefix: str = "actorq"  # key namespace, so runs can share one Redis
+    bind_host: str = "127.0.0.1"  # gRPC and metrics bind here; 0.0.0.0 in containers
+    grpc_port: int = 0  # 0 = pick a free port and print it
+    metrics_port: int = 0  # Prometheus /metrics; 0 = pick a free port, -1 = disabled
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        _check(
+            self.redis_url.startswith(("redis://", "rediss://", "unix://")),
+            f"redis_url: expected redis://host:port/db, got {self.redis_url!r}",
+        )
+        _check_port("grpc_port", self.grpc_port)
+        _check(
+            self.metrics_port == -1 or 0 <= self.metrics_port <= 65535,
+            f"metrics_port: expected -1 (off) or a port in 0..65535, got {self.metrics_port}",
+        )
+
+
+@dataclass
+class QuantizerSettings(CommonSettings):
+    """The quantizer / parameter server."""
+
+    grpc_port: int = 50051
+    keep_versions: int = 5  # policy versions kept in Redis; older ones are deleted
+    chunk_bytes: int = 1 << 20  # size of blob chunks sent to actors (well under 4 MiB)
+    max_publish_bytes: int = 1 << 30  # refuse weight streams declaring more than this
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.keep_versions >= 1, f"keep_versions: expected >= 1, got {self.keep_versions}")
+        _check(
+            4096 <= self.chunk_bytes <= 3 << 20,
+            f"chunk_bytes: expected 4096..3145728 bytes, got {self.chunk_bytes}",
+        )
+
+
+@dataclass
+class ActorSettings(CommonSettings):
+    """One actor process: a vector env, a quantized policy, a replay writer."""
+
+    actor_index: int = 0  # 0..num_actors-1; sets the Ape-X epsilon
+    num_actors: int = 1  # size of the actor pool, for the epsilon spread
+    evaluator: bool = False  # greedy, writes nothing to replay, reports "return"
+    env_id: str = "CartPole-v1"
+    envs_per_actor: int = 8  # envs stepped together; one batched forward per step
+    seed: int = 0
+    quantizer_addr: str = "127.0.0.1:50051"
+    epsilon_base: float = 0.4  # Ape-X: eps_i = base ** (1 + alpha * i / (N - 1))
+    epsilon_alpha: float = 7.0
+    push_every: int = 32  # transitions per replay batch sent to Redis
+    max_env_steps: int = 0  # stop after this many env steps of this actor; 0 = no limit
+    samples_per_insert: float = 0.0  # 0 = actors never wait for the learner
+    insert_error_buffer: float = 20000.0  # transitions actors may run ahead of the ratio
+    episodes_maxlen: int = 100000  # cap of the episodes stream
+    replay_stream_max_transitions: int = 1_000_000  # cap of the Redis replay stream
+
+    @property
+    def instance_id(self) -> str:
+        return "evaluator" if self.evaluator else f"actor-{self.actor_index}"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.num_actors >= 1, f"num_actors: expected >= 1, got {self.num_actors}")
+        _check(
+            0 <= self.actor_index < self.num_actors,
+            f"actor_index: expected 0..{self.num_actors - 1}, got {self.actor_index}",
+        )
+        _check(
+            self.envs_per_actor >= 1,
+            f"envs_per_actor: expected >= 1, got {self.envs_per_actor}",
+        )
+        _check(0 < self.epsilon_base <= 1, f"epsilon_base: expected 0 < x <= 1, got {self.epsilon_base}")
+        _check(self.push_every >= 1, f"push_every: expected >= 1, got {self.push_every}")
+        _check(self.max_env_steps >= 0, f"max_env_steps: expected >= 0, got {self.max_env_steps}")
+        _check(
+            self.samples_per_insert >= 0,
+            f"samples_per_insert: expected >= 0, got {self.samples_per_insert}",
+        )
+
+
+@dataclass
+class LearnerSettings(CommonSettings):
+    """The fp32 learner. DQN hyperparameters come from ACTORQ_DQN_* (see DQNConfig)."""
+
+    env_id: str = "CartPole-v1"
+    hidden: tuple[int, ...] = (256, 256)
+    precision: str = "int8"  # precision the quantizer broadcasts to actors
+    seed: int = 0
+    quantizer_addr: str = "127.0.0.1:50051"
+    replay_capacity: int = 100000  # transitions kept in the learner's local mirror
+    samples_per_insert: float = 8.0  # replay ratio: sampled transitions per inserted one
+    publish_every: int = 50  # learner updates between policy publications
+    checkpoint_dir: str = ""  # empty = no checkpoints
+    checkpoint_every: int = 5000  # learner updates between checkpoints
+    max_updates: int = 0  # stop after this many updates; 0 = until stopped
+    device: str = "cpu"
+    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_precision(self.precision)
+        _check(
+            self.replay_capacity >= 1000,
+            f"replay_capacity: expected >= 1000, got {self.replay_capacity}",
+        )
+        _check(
+            self.samples_per_insert > 0,
+            f"samples_per_insert: expected > 0, got {self.samples_per_insert}",
+        )
+        _check(self.publish_every >= 1, f"publish_every: expected >= 1, got {self.publish_every}")
+        _check(
+            self.checkpoint_every >= 1,
+            f"checkpoint_every: expected >= 1, got {self.checkpoint_every}",
+        )
+        _check(self.torch_threads >= 1, f"torch_threads: expected >= 1, got {self.torch_threads}")
+
+
+@dataclass
+class RunSettings:
+    """`actorq run`: one machine, every service a separate process on loopback."""
+
+    env: str = "CartPole-v1"
+    algo: str = "dqn"
+    actors: int = 2
+    envs_per_actor: int = 8
+    precision: str = "int8"
+    hidden: tuple[int, ...] = (256, 256)
+    max_env_steps: int = 500000  # stop when the actors together took this many steps
+    target_return: float | None = 475.0  # stop when the evaluator's mean reaches it
+    max_seconds: float = 0.0  # wall-clock budget; 0 = none
+    seed: int = 0
+    run_dir: str = ""  # default: runs/<env>-<precision>-<timestamp>
+    redis_url: str = ""  # empty = start an embedded Redis for this run
+    eval_envs: int = 4  # envs of the evaluator process
+    samples_per_insert: float = 8.0
+    extra_env: dict[str, str] = field(default_factory=dict)  # ACTORQ_* passed to services
+
+    def __post_init__(self) -> None:
+        _check(self.algo == "dqn", f"--algo: expected dqn (the only algorithm so far), got {self.algo!r}")
+        _check(self.actors >= 1, f"--actors: expected >= 1, got {self.actors}")
+        _check(self.actors <= 256, f"--actors: expected <= 256, got {self.actors}")
+        _check(self.envs_per_actor >= 1, f"--envs-per-actor: expected >= 1, got {self.envs_per_actor}")
+        _check_precision(self.precision)
+        _check(self.max_env_steps >= 1, f"--max-env-steps: expected >= 1, got {self.max_env_steps}")
+        _check(self.max_seconds >= 0, f"--max-seconds: expected >= 0, got {self.max_seconds}")
+        _check(self.eval_envs >= 1, f"--eval-envs: expected >= 1, got {self.eval_envs}")
+        _check(
+            self.samples_per_insert > 0,
+            f"--samples-per-insert: expected > 0, got {self.samples_per_insert}",
+        )

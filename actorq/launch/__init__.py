@@ -1,0 +1,1 @@
+"""`actorq run`: every service as its own process on one machine."""

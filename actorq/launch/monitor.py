@@ -1,0 +1,146 @@
+"""What `actorq run` watches: Control.GetStatus of every service + the episodes stream."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+import grpc
+import redis
+
+from actorq.actor.episodes import Episode, parse_episode
+from actorq.launch.processes import ServiceProcess
+from actorq.redis_keys import RedisKeys
+from actorq.rpc import make_channel
+from actorq.v1 import control_pb2, control_pb2_grpc
+
+
+@dataclass
+class ProgressSample:
+    """One row of metrics.jsonl."""
+
+    wall_seconds: float
+    env_steps: int  # actors only; the evaluator's steps are not training data
+    eval_env_steps: int
+    learner_updates: int
+    updates_per_second: float
+    policy_version: int
+    eval_mean_return: float  # evaluator, last 100 episodes
+    train_mean_return: float  # actors, last 100 episodes
+    eval_episodes: int
+    train_episodes: int
+    loss: float
+    replay_size: int
+    learner_wait_fraction: float
+    blob_bytes: int
+    broadcast_bytes_total: int
+    bytes_saved_total: int
+    policy_rejections: int
+
+    def row(self) -> dict[str, float | int | None]:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+
+
+class _StatusClient:
+    def __init__(self, proc: ServiceProcess) -> None:
+        self.proc = proc
+        self.channel = make_channel(proc.address)
+        self.stub = control_pb2_grpc.ControlStub(self.channel)
+        self.last: control_pb2.ServiceStatus | None = None
+
+    def refresh(self) -> control_pb2.ServiceStatus | None:
+        try:
+            self.last = self.stub.GetStatus(control_pb2.GetStatusRequest(), timeout=1.0)
+        except grpc.RpcError:
+            pass  # keep the last known figures while a service is busy or restarting
+        return self.last
+
+    def counter(self, name: str, default: float = 0.0) -> float:
+        return self.last.counters.get(name, default) if self.last else default
+
+
+class RunMonitor:
+    """Polls services and reads new episodes; keeps the full episode history."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: RedisKeys,
+        learner: ServiceProcess,
+        quantizer: ServiceProcess,
+        actors: list[ServiceProcess],
+        evaluator: ServiceProcess,
+    ) -> None:
+        self.client, self.keys = client, keys
+        self.learner = _StatusClient(learner)
+        self.quantizer = _StatusClient(quantizer)
+        self.actors = [_StatusClient(a) for a in actors]
+        self.evaluator = _StatusClient(evaluator)
+        self.started = time.perf_counter()
+        self.episodes: list[tuple[Episode, int, float]] = []  # (episode, total env steps, wall s)
+        self.eval_recent: deque[float] = deque(maxlen=100)
+        self.train_recent: deque[float] = deque(maxlen=100)
+        self.episode_counts = {"eval": 0, "train": 0}
+        self._last_id = "0-0"
+        self.samples: list[ProgressSample] = []
+
+    def poll(self) -> ProgressSample:
+        for c in [self.learner, self.quantizer, *self.actors, self.evaluator]:
+            c.refresh()
+        env_steps = int(sum(a.counter("env_steps") for a in self.actors))
+        wall = time.perf_counter() - self.started
+        self._read_episodes(env_steps, wall)
+        sample = self._sample(env_steps, wall)
+        self.samples.append(sample)
+        return sample
+
+    def _read_episodes(self, env_steps: int, wall: float) -> None:
+        try:
+            reply = self.client.xread({self.keys.episodes_stream: self._last_id}, count=10000)
+        except redis.RedisError:
+            return
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                self._last_id = entry_id
+                try:
+                    episode = parse_episode(fields)
+                except (KeyError, ValueError):
+                    continue
+                self.episodes.append((episode, env_steps, wall))
+                self.episode_counts[episode.kind] = self.episode_counts.get(episode.kind, 0) + 1
+                recent = self.eval_recent if episode.kind == "eval" else self.train_recent
+                recent.append(episode.episode_return)
+
+    def _sample(self, env_steps: int, wall: float) -> ProgressSample:
+        lrn, qz = self.learner, self.quantizer
+        return ProgressSample(
+            wall_seconds=round(wall, 3),
+            env_steps=env_steps,
+            eval_env_steps=int(self.evaluator.counter("env_steps")),
+            learner_updates=int(lrn.counter("updates")),
+            updates_per_second=round(lrn.counter("updates_per_second"), 1),
+            policy_version=int(qz.last.policy_version) if qz.last else 0,
+            eval_mean_return=_mean(self.eval_recent),
+            train_mean_return=_mean(self.train_recent),
+            eval_episodes=self.episode_counts["eval"],
+            train_episodes=self.episode_counts["train"],
+            loss=lrn.counter("loss", float("nan")),
+            replay_size=int(lrn.counter("replay_size")),
+            learner_wait_fraction=round(lrn.counter("wait_fraction"), 4),
+            blob_bytes=int(qz.counter("blob_bytes")),
+            broadcast_bytes_total=int(qz.counter("broadcast_bytes_total")),
+            bytes_saved_total=int(qz.counter("bytes_saved_total")),
+            policy_rejections=int(
+                sum(a.counter("policy_rejections") for a in [*self.actors, self.evaluator])
+            ),
+        )
+
+    def close(self) -> None:
+        for c in [self.learner, self.quantizer, *self.actors, self.evaluator]:
+            c.channel.close()
+
+
+def _mean(values: deque[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")

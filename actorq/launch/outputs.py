@@ -1,0 +1,122 @@
+"""The run folder: config.json, metrics.jsonl, episodes.csv, summary.json, plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from actorq.launch.monitor import ProgressSample, RunMonitor
+
+
+@dataclass
+class Summary:
+    """summary.json: what scripts read after a run."""
+
+    env: str
+    algo: str
+    precision: str
+    actors: int
+    envs_per_actor: int
+    env_steps: int
+    learner_updates: int
+    wall_seconds: float
+    final_mean_return: float | None  # evaluator, last 100 episodes
+    train_mean_return: float | None  # actors, last 100 episodes
+    target_return: float | None
+    solved: bool
+    stop_reason: str
+    policy_versions: int
+    blob_bytes: int
+    fp32_equivalent_bytes: int
+    broadcast_bytes_total: int
+    bytes_saved_total: int
+    eval_episodes: int
+    train_episodes: int
+    policy_rejections: int
+    learner_wait_fraction: float
+    seed: int
+    hidden: list[int]
+    checkpoint: str | None
+
+
+def _clean(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({k: _clean(v) for k, v in data.items()}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def append_metrics(path: Path, sample: ProgressSample) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(sample.row()) + "\n")
+
+
+def write_summary(run_dir: Path, summary: Summary) -> Path:
+    path = run_dir / "summary.json"
+    write_json(path, asdict(summary))
+    return path
+
+
+def write_episodes(run_dir: Path, monitor: RunMonitor) -> Path:
+    path = run_dir / "episodes.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["kind", "instance", "return", "length", "policy_version", "total_env_steps", "wall_seconds"]
+        )
+        for ep, env_steps, wall in monitor.episodes:
+            writer.writerow(
+                [ep.kind, ep.instance, ep.episode_return, ep.length, ep.policy_version,
+                 env_steps, round(wall, 3)]
+            )
+    return path
+
+
+def write_plots(run_dir: Path, monitor: RunMonitor, title: str, target: float | None) -> list[Path]:
+    """return_vs_env_steps.png and return_vs_wall_time.png (evaluator and actors)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for x_index, x_label, name in (
+        (1, "env steps (all actors)", "return_vs_env_steps.png"),
+        (2, "wall time (s)", "return_vs_wall_time.png"),
+    ):
+        fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+        for kind, label, style in (("train", "actors (epsilon-greedy)", "."), ("eval", "evaluator (greedy)", "o")):
+            points = [(row[x_index], row[0].episode_return) for row in monitor.episodes if row[0].kind == kind]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, style, markersize=2 if kind == "train" else 3, alpha=0.5, label=label)
+                ax.plot(xs, _running_mean(list(ys), 100), "-", linewidth=1.5, label=f"{label}, mean of 100")
+        if target is not None:
+            ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("episode return")
+        ax.set_title(title)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        path = run_dir / name
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _running_mean(values: list[float], window: int) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out

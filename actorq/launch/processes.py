@@ -1,0 +1,119 @@
+"""Child processes of `actorq run`: start, health-wait, stop in order, never orphan.
+
+Children run in their own session (terminal Ctrl-C reaches only the launcher, which then
+stops them in order) and are asked by the kernel to die if the launcher dies
+(PR_SET_PDEATHSIG), so no service outlives a killed launcher.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from actorq.rpc import make_channel
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL this process when the launcher exits."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass  # not Linux: rely on the launcher's own shutdown
+
+
+@dataclass
+class ServiceProcess:
+    """One service child: `python -m services.<module>` with ACTORQ_* settings."""
+
+    name: str
+    module: str
+    env: dict[str, str]
+    log_path: Path
+    grpc_port: int
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module],
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+        )
+        log.close()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def wait_healthy(self, timeout: float) -> None:
+        """Block until the gRPC health service says SERVING; RuntimeError if it dies."""
+        deadline = time.monotonic() + timeout
+        channel = make_channel(self.address)
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            while time.monotonic() < deadline:
+                if self.exit_code() is not None:
+                    raise RuntimeError(
+                        f"{self.name} exited with code {self.exit_code()} during start-up; "
+                        f"see {self.log_path}:\n{self.tail()}"
+                    )
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.05)
+        finally:
+            channel.close()
+        raise RuntimeError(f"{self.name} not healthy after {timeout:.0f}s; see {self.log_path}")
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float) -> int:
+        """Wait for exit; SIGKILL after `timeout`. Returns the exit code."""
+        if self.proc is None:
+            return 0
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+def stop_in_order(groups: list[list[ServiceProcess]], timeout: float = 15.0) -> None:
+    """SIGTERM each group together, wait for it, then the next group."""
+    for group in groups:
+        for proc in group:
+            proc.terminate()
+        for proc in group:
+            proc.wait_stopped(timeout)

@@ -1,0 +1,302 @@
+"""`actorq run`: Redis (embedded unless given), quantizer, learner, N actors, evaluator.
+
+The launcher only starts processes, watches them and writes the run folder; every
+service runs the same entry point it runs under compose or Kubernetes, configured by
+ACTORQ_* variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from actorq.config import RunSettings, to_environ
+from actorq.envs import describe_env
+from actorq.launch.monitor import ProgressSample, RunMonitor
+from actorq.launch.outputs import (
+    Summary,
+    append_metrics,
+    write_episodes,
+    write_json,
+    write_plots,
+    write_summary,
+)
+from actorq.launch.processes import ServiceProcess, stop_in_order
+from actorq.launch.progress import ProgressView
+from actorq.models import MLPSpec
+from actorq.redis_keys import RedisKeys
+from actorq.redis_server import EmbeddedRedis, check_redis, find_free_port
+
+log = logging.getLogger("actorq.run")
+
+EXIT_OK, EXIT_SERVICE_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def default_run_dir(settings: RunSettings) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    env = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.env)
+    return Path("runs") / f"{env}-{settings.precision}-{stamp}"
+
+
+@dataclass
+class _Cluster:
+    quantizer: ServiceProcess
+    learner: ServiceProcess
+    actors: list[ServiceProcess]
+    evaluator: ServiceProcess
+
+    @property
+    def all(self) -> list[ServiceProcess]:
+        return [self.quantizer, self.learner, *self.actors, self.evaluator]
+
+
+def _common_env(redis_url: str, prefix: str, port: int) -> dict[str, str]:
+    return {
+        "ACTORQ_REDIS_URL": redis_url,
+        "ACTORQ_REDIS_PREFIX": prefix,
+        "ACTORQ_BIND_HOST": "127.0.0.1",
+        "ACTORQ_GRPC_PORT": str(port),
+        "ACTORQ_METRICS_PORT": str(find_free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> _Cluster:
+    logs = run_dir / "logs"
+    q_port = find_free_port()
+    quantizer = ServiceProcess(
+        "quantizer", "services.quantizer", _common_env(redis_url, prefix, q_port),
+        logs / "quantizer.log", q_port,
+    )
+    qaddr = quantizer.address
+    l_port = find_free_port()
+    learner_env = {
+        **_common_env(redis_url, prefix, l_port),
+        "ACTORQ_ENV_ID": settings.env,
+        "ACTORQ_HIDDEN": ",".join(map(str, settings.hidden)),
+        "ACTORQ_PRECISION": settings.precision,
+        "ACTORQ_SEED": str(settings.seed),
+        "ACTORQ_QUANTIZER_ADDR": qaddr,
+        "ACTORQ_CHECKPOINT_DIR": str(run_dir / "checkpoints"),
+        "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
+    }
+    learner = ServiceProcess("learner", "services.learner", learner_env, logs / "learner.log", l_port)
+    per_actor_budget = -(-settings.max_env_steps // settings.actors)  # ceil: a safety net
+    actors = [
+        _actor(settings, run_dir, redis_url, prefix, qaddr, i, per_actor_budget)
+        for i in range(settings.actors)
+    ]
+    evaluator = _actor(settings, run_dir, redis_url, prefix, qaddr, 0, 0, evaluator=True)
+    return _Cluster(quantizer, learner, actors, evaluator)
+
+
+def _actor(
+    settings: RunSettings, run_dir: Path, redis_url: str, prefix: str, qaddr: str,
+    index: int, budget: int, evaluator: bool = False,
+) -> ServiceProcess:
+    port = find_free_port()
+    name = "evaluator" if evaluator else f"actor-{index}"
+    env = {
+        **_common_env(redis_url, prefix, port),
+        "ACTORQ_ENV_ID": settings.env,
+        "ACTORQ_ACTOR_INDEX": str(index),
+        "ACTORQ_NUM_ACTORS": str(settings.actors),
+        "ACTORQ_EVALUATOR": "true" if evaluator else "false",
+        "ACTORQ_ENVS_PER_ACTOR": str(settings.eval_envs if evaluator else settings.envs_per_actor),
+        "ACTORQ_SEED": str(settings.seed),
+        "ACTORQ_QUANTIZER_ADDR": qaddr,
+        "ACTORQ_MAX_ENV_STEPS": str(budget),
+        "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
+    }
+    return ServiceProcess(name, "services.actor", env, run_dir / "logs" / f"{name}.log", port)
+
+
+class _StopFlag:
+    """Set by SIGINT/SIGTERM; the main loop then shuts everything down in order."""
+
+    def __init__(self) -> None:
+        self.reason = ""
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.reason = self.reason or f"interrupted ({signal.Signals(signum).name})"
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run(settings: RunSettings) -> int:
+    """Run training to the target or budget; returns the process exit code."""
+    env_info = describe_env(settings.env)  # unknown env: clear error before anything starts
+    spec = MLPSpec(env_info.obs_dim, env_info.num_actions, settings.hidden)
+    if settings.redis_url:
+        check_redis(settings.redis_url, timeout=3.0)
+    run_dir = Path(settings.run_dir) if settings.run_dir else default_run_dir(settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    prefix = f"actorq:{run_dir.name}:{uuid.uuid4().hex[:6]}"
+    write_json(run_dir / "config.json", _resolved_config(settings, run_dir, prefix))
+    stop = _StopFlag()
+    embedded = None
+    try:
+        if settings.redis_url:
+            redis_url = settings.redis_url
+        else:
+            embedded = EmbeddedRedis(data_dir=run_dir / "redis", appendonly=True)
+            embedded.start()
+            redis_url = embedded.url
+        return _run_cluster(settings, spec, run_dir, redis_url, prefix, stop)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+        stop.restore()
+
+
+def _resolved_config(settings: RunSettings, run_dir: Path, prefix: str) -> dict:
+    config = dataclasses.asdict(settings)
+    config.update(run_dir=str(run_dir), redis_prefix=prefix, python=sys.version.split()[0])
+    config["service_env"] = {k: v for k, v in os.environ.items() if k.startswith("ACTORQ_")}
+    config["settings_env"] = to_environ(settings)
+    return config
+
+
+def _run_cluster(
+    settings: RunSettings, spec: MLPSpec, run_dir: Path, redis_url: str, prefix: str, stop: _StopFlag
+) -> int:
+    cluster = _plan(settings, run_dir, redis_url, prefix)
+    view = ProgressView(settings, run_dir)
+    monitor: RunMonitor | None = None
+    code = EXIT_OK
+    try:
+        _start(cluster, view)
+        client = redis.Redis.from_url(redis_url)
+        monitor = RunMonitor(
+            client, RedisKeys(prefix), cluster.learner, cluster.quantizer, cluster.actors, cluster.evaluator
+        )
+        code = _watch(settings, cluster, monitor, view, run_dir, stop)
+    except RuntimeError as exc:  # a service failed to start
+        stop.reason = stop.reason or str(exc)
+        code = EXIT_SERVICE_FAILED
+    finally:
+        view.message("stopping services ...")
+        stop_in_order([[*cluster.actors, cluster.evaluator], [cluster.learner], [cluster.quantizer]])
+        view.close()
+    if monitor is not None:
+        _write_outputs(settings, spec, run_dir, monitor, stop.reason, view)
+        monitor.close()
+    if stop.reason.startswith("interrupted"):
+        code = EXIT_INTERRUPTED
+    if code == EXIT_SERVICE_FAILED:
+        print(f"error: {stop.reason}", file=sys.stderr)
+    return code
+
+
+def _start(cluster: _Cluster, view: ProgressView) -> None:
+    view.message("starting quantizer ...")
+    cluster.quantizer.start()
+    cluster.quantizer.wait_healthy(60)
+    view.message("starting learner ...")
+    cluster.learner.start()
+    cluster.learner.wait_healthy(120)
+    view.message(f"starting {len(cluster.actors)} actors and the evaluator ...")
+    for proc in [*cluster.actors, cluster.evaluator]:
+        proc.start()
+    for proc in [*cluster.actors, cluster.evaluator]:
+        proc.wait_healthy(120)
+
+
+def _watch(
+    settings: RunSettings, cluster: _Cluster, monitor: RunMonitor, view: ProgressView,
+    run_dir: Path, stop: _StopFlag,
+) -> int:
+    metrics_path = run_dir / "metrics.jsonl"
+    while not stop.reason:
+        time.sleep(0.5)
+        sample = monitor.poll()
+        append_metrics(metrics_path, sample)
+        view.update(sample)
+        failed = _failed_service(cluster)
+        if failed is not None:
+            stop.reason = failed
+            return EXIT_SERVICE_FAILED
+        stop.reason = _stop_reason(settings, monitor, sample)
+    return EXIT_OK
+
+
+def _failed_service(cluster: _Cluster) -> str | None:
+    for proc in [cluster.quantizer, cluster.learner, cluster.evaluator]:
+        if proc.exit_code() is not None:
+            return f"{proc.name} exited with code {proc.exit_code()}; see {proc.log_path}:\n{proc.tail()}"
+    for proc in cluster.actors:
+        code = proc.exit_code()
+        if code not in (None, 0):  # 0 = the actor spent its env-step budget
+            return f"{proc.name} exited with code {code}; see {proc.log_path}:\n{proc.tail()}"
+    return None
+
+
+def _solved(settings: RunSettings, monitor: RunMonitor) -> bool:
+    recent = monitor.eval_recent
+    return (
+        settings.target_return is not None
+        and len(recent) == recent.maxlen
+        and sum(recent) / len(recent) >= settings.target_return
+    )
+
+
+def _stop_reason(settings: RunSettings, monitor: RunMonitor, sample: ProgressSample) -> str:
+    if _solved(settings, monitor):
+        return f"target return {settings.target_return:g} reached"
+    if sample.env_steps >= settings.max_env_steps:
+        return f"env-step budget {settings.max_env_steps} spent"
+    if settings.max_seconds and sample.wall_seconds >= settings.max_seconds:
+        return f"time budget {settings.max_seconds:g}s spent"
+    return ""
+
+
+def _write_outputs(
+    settings: RunSettings, spec: MLPSpec, run_dir: Path, monitor: RunMonitor, reason: str,
+    view: ProgressView,
+) -> None:
+    last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
+    checkpoint = run_dir / "checkpoints" / "checkpoint.pt"
+    summary = Summary(
+        env=settings.env,
+        algo=settings.algo,
+        precision=settings.precision,
+        actors=settings.actors,
+        envs_per_actor=settings.envs_per_actor,
+        env_steps=last.env_steps if last else 0,
+        learner_updates=last.learner_updates if last else 0,
+        wall_seconds=last.wall_seconds if last else 0.0,
+        final_mean_return=last.eval_mean_return if last else None,
+        train_mean_return=last.train_mean_return if last else None,
+        target_return=settings.target_return,
+        solved=_solved(settings, monitor),
+        stop_reason=reason,
+        policy_versions=last.policy_version if last else 0,
+        blob_bytes=last.blob_bytes if last else 0,
+        fp32_equivalent_bytes=spec.fp32_bytes(),
+        broadcast_bytes_total=last.broadcast_bytes_total if last else 0,
+        bytes_saved_total=last.bytes_saved_total if last else 0,
+        eval_episodes=last.eval_episodes if last else 0,
+        train_episodes=last.train_episodes if last else 0,
+        policy_rejections=last.policy_rejections if last else 0,
+        learner_wait_fraction=last.learner_wait_fraction if last else 0.0,
+        seed=settings.seed,
+        hidden=list(settings.hidden),
+        checkpoint=str(checkpoint) if checkpoint.exists() else None,
+    )
+    write_summary(run_dir, summary)
+    write_episodes(run_dir, monitor)
+    write_plots(run_dir, monitor, f"{settings.env} DQN, {settings.precision} actors", settings.target_return)
+    view.final(summary, run_dir)

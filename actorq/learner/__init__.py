@@ -1,0 +1,1 @@
+"""The fp32 learner: replay mirror from Redis, DQN updates, publication, checkpoints."""

@@ -1,0 +1,116 @@
+"""Stream fp32 weights to the quantizer from a background thread.
+
+The training loop hands over a snapshot and goes on; if a newer snapshot arrives before
+the previous one was sent, the older one is dropped (actors only want the newest).
+Versions are assigned here and only advance on a successful publication, so they stay
+strictly increasing across learner restarts (the start version comes from Redis and the
+checkpoint, whichever is newer).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from actorq import metrics
+from actorq.models import MLPSpec
+from actorq.quant import spec_to_proto
+from actorq.quantizer.assembler import weight_chunks
+from actorq.rpc import make_channel
+from actorq.v1 import parameter_server_pb2 as ps_pb2
+from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Snapshot:
+    learner_step: int
+    weights: dict[str, np.ndarray]
+
+
+class WeightsPublisher:
+    """Publishes the newest snapshot; `version` is the last version the quantizer took."""
+
+    def __init__(
+        self,
+        address: str,
+        spec: MLPSpec,
+        precision: int,
+        start_version: int,
+        latest_stored: "callable[[], int]",  # type: ignore[valid-type]
+    ) -> None:
+        self._stub = ps_grpc.ParameterServerStub(make_channel(address))
+        self._spec = spec
+        self._precision = precision
+        self._latest_stored = latest_stored
+        self.version = start_version
+        self.published = 0
+        self.failures = 0
+        self.blob_bytes = 0
+        self._slot: Snapshot | None = None
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="publisher", daemon=True)
+        self._thread.start()
+
+    def submit(self, snapshot: Snapshot) -> None:
+        with self._cond:
+            self._slot = snapshot
+            self._cond.notify()
+
+    def publish_now(self, snapshot: Snapshot, timeout: float = 30.0) -> bool:
+        """Synchronous publication (start-up and shutdown)."""
+        return self._publish(snapshot, timeout)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=10.0)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._slot is not None)
+                if self._closed:
+                    return
+                snapshot, self._slot = self._slot, None
+            assert snapshot is not None
+            self._publish(snapshot, timeout=30.0)
+
+    def _publish(self, snapshot: Snapshot, timeout: float) -> bool:
+        version = self.version + 1
+        header = ps_pb2.PublishHeader(
+            version=version,
+            learner_step=snapshot.learner_step,
+            precision=self._precision,  # type: ignore[arg-type]
+            spec=spec_to_proto(self._spec),
+            num_tensors=len(snapshot.weights),
+        )
+        started = time.perf_counter()
+        try:
+            reply = self._stub.PublishWeights(weight_chunks(header, snapshot.weights), timeout=timeout)
+        except grpc.RpcError as exc:
+            return self._on_error(exc, version)
+        self.version = reply.version
+        self.published += 1
+        self.blob_bytes = reply.blob_bytes
+        metrics.LEARNER_PUBLISH_SECONDS.observe(time.perf_counter() - started)
+        metrics.LEARNER_POLICY_VERSION.set(reply.version)
+        return True
+
+    def _on_error(self, exc: grpc.RpcError, version: int) -> bool:
+        self.failures += 1
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            # Someone stored a newer version (e.g. before our restart): skip past it.
+            self.version = max(self.version, self._latest_stored())
+            log.warning("version %d refused (%s); continuing after %d", version, exc.details(), self.version)
+        else:
+            log.warning("publishing version %d failed: %s %s", version, exc.code(), exc.details())
+        return False

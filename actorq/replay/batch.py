@@ -1,0 +1,230 @@
+"""A batch of transitions and its Redis stream encoding.
+
+Actors push one `TransitionBatch` per XADD; the learner decodes it back. The wire format is
+a flat map of stream fields: small ASCII header fields plus raw little-endian numpy bytes,
+so any language can read it and nothing is ever unpickled.
+
+Fields of format version "1":
+
+=========  =====================================================================
+v          format version, ASCII "1"
+n          number of transitions N, ASCII decimal (>= 1)
+obs_dim    observation size D, ASCII decimal (>= 1)
+actor      actor id, UTF-8
+version    policy version that chose the actions, ASCII decimal (>= 0)
+precision  precision of that policy: "fp32", "fp16" or "int8"
+obs        N*D float32 little-endian, row-major
+action     N int64 little-endian
+reward     N float32 little-endian
+next_obs   N*D float32 little-endian, row-major
+done       N bytes, 0 or 1 (1 only on termination, never on truncation)
+=========  =====================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+FORMAT_VERSION = "1"
+PRECISIONS = ("fp32", "fp16", "int8")
+
+_F32 = np.dtype("<f4")
+_I64 = np.dtype("<i8")
+_U8 = np.dtype("u1")
+_HEADER_FIELDS = ("v", "n", "obs_dim", "actor", "version", "precision")
+_ARRAY_FIELDS = ("obs", "action", "reward", "next_obs", "done")
+_REQUIRED_FIELDS = (*_HEADER_FIELDS, *_ARRAY_FIELDS)
+_DECIMAL = re.compile(rb"[0-9]{1,19}")
+_MAX_VERSION = 2**63 - 1  # stored as int64
+
+
+class ReplayDecodeError(ValueError):
+    """A stream entry that is not a valid transition batch.
+
+    `reason` is a short, stable category (for counting and log-once); the message has the
+    details.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(eq=False)
+class TransitionBatch:
+    """N transitions from one actor, all chosen by the same policy version.
+
+    `done` is true only when the episode terminated, not when it was truncated, so the
+    learner still bootstraps from `next_obs` on truncated steps.
+    """
+
+    obs: np.ndarray  # float32 [N, obs_dim]
+    action: np.ndarray  # int64 [N]
+    reward: np.ndarray  # float32 [N]
+    next_obs: np.ndarray  # float32 [N, obs_dim]
+    done: np.ndarray  # bool [N]
+    actor_id: str
+    policy_version: int
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        n = _check_obs("obs", self.obs)
+        _check_array("action", self.action, np.dtype(np.int64), (n,))
+        _check_array("reward", self.reward, np.dtype(np.float32), (n,))
+        _check_array("next_obs", self.next_obs, np.dtype(np.float32), self.obs.shape)
+        _check_array("done", self.done, np.dtype(np.bool_), (n,))
+        for name in ("obs", "reward", "next_obs"):
+            if not _all_finite(getattr(self, name)):
+                raise ValueError(f"{name} contains NaN or infinity")
+        _check_meta(self.actor_id, self.policy_version, self.precision)
+        self.policy_version = int(self.policy_version)  # a numpy integer becomes a plain int
+
+    def __len__(self) -> int:
+        return int(self.obs.shape[0])
+
+    @property
+    def obs_dim(self) -> int:
+        return int(self.obs.shape[1])
+
+
+def _check_obs(name: str, arr: object) -> int:
+    """Check an observation matrix and return its row count N."""
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.float32:
+        raise ValueError(f"{name} must be a float32 numpy array, got {_describe(arr)}")
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"{name} must have shape [N>=1, obs_dim>=1], got {arr.shape}")
+    return int(arr.shape[0])
+
+
+def _check_array(name: str, arr: object, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    if not isinstance(arr, np.ndarray) or arr.dtype != dtype:
+        raise ValueError(f"{name} must be a {dtype} numpy array, got {_describe(arr)}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(arr.shape)}")
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    """Whether every float32 element is finite, via one float64 sum (about 2x cheaper).
+
+    The float64 sum of float32 values cannot overflow, and any NaN or infinity makes it
+    NaN or infinite, so the sum is finite exactly when every element is.
+    """
+    return math.isfinite(np.add.reduce(arr.ravel(), dtype=np.float64))
+
+
+def _check_meta(actor_id: object, policy_version: object, precision: object) -> None:
+    if not isinstance(actor_id, str) or not actor_id:
+        raise ValueError(f"actor_id must be a non-empty str, got {actor_id!r}")
+    is_integer = isinstance(policy_version, int | np.integer)
+    valid_version = is_integer and not isinstance(policy_version, bool)
+    if not valid_version or not 0 <= policy_version <= _MAX_VERSION:  # type: ignore[operator]
+        raise ValueError(f"policy_version must be an int in [0, 2**63), got {policy_version!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+
+
+def _describe(arr: object) -> str:
+    if isinstance(arr, np.ndarray):
+        return f"{arr.dtype} array"
+    return type(arr).__name__
+
+
+def encode_batch(batch: TransitionBatch) -> dict[str, bytes]:
+    """Encode a batch as Redis stream fields (see the module docstring for the format)."""
+    return {
+        "v": FORMAT_VERSION.encode(),
+        "n": str(len(batch)).encode(),
+        "obs_dim": str(batch.obs_dim).encode(),
+        "actor": batch.actor_id.encode("utf-8"),
+        "version": str(batch.policy_version).encode(),
+        "precision": batch.precision.encode(),
+        "obs": batch.obs.astype(_F32, copy=False).tobytes(order="C"),
+        "action": batch.action.astype(_I64, copy=False).tobytes(),
+        "reward": batch.reward.astype(_F32, copy=False).tobytes(),
+        "next_obs": batch.next_obs.astype(_F32, copy=False).tobytes(order="C"),
+        "done": batch.done.astype(_U8).tobytes(),
+    }
+
+
+def decode_batch(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> TransitionBatch:
+    """Decode stream fields written by `encode_batch`.
+
+    Raises `ReplayDecodeError` for anything malformed: a missing field, an unknown format
+    version, a bad number, a byte length that does not match the header, a done flag other
+    than 0/1, or values the batch itself rejects (NaN, unknown precision). Extra fields are
+    ignored so later writers can add some without breaking older readers.
+    """
+    f = _normalize_keys(fields)
+    if f["v"] != FORMAT_VERSION.encode():
+        raise ReplayDecodeError("unsupported_version", f"unsupported format version {f['v']!r}")
+    n, obs_dim = _decimal(f, "n"), _decimal(f, "obs_dim")
+    if n < 1 or obs_dim < 1:
+        raise ReplayDecodeError("bad_header", f"n and obs_dim must be >= 1, got {n}, {obs_dim}")
+    try:
+        batch = TransitionBatch(
+            obs=_array(f, "obs", _F32, n * obs_dim).reshape(n, obs_dim),
+            action=_array(f, "action", _I64, n),
+            reward=_array(f, "reward", _F32, n),
+            next_obs=_array(f, "next_obs", _F32, n * obs_dim).reshape(n, obs_dim),
+            done=_done(f, n),
+            actor_id=_text(f, "actor"),
+            policy_version=_decimal(f, "version"),
+            precision=_text(f, "precision"),
+        )
+    except ReplayDecodeError:
+        raise
+    except ValueError as exc:
+        raise ReplayDecodeError("invalid_batch", str(exc)) from exc
+    return batch
+
+
+def _normalize_keys(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> dict[str, bytes]:
+    """Map field names to str and check that every required field is present as bytes."""
+    out = {
+        (k.decode("ascii", "replace") if isinstance(k, bytes) else str(k)): v
+        for k, v in fields.items()
+    }
+    missing = [k for k in _REQUIRED_FIELDS if k not in out]
+    if missing:
+        raise ReplayDecodeError("missing_field", f"missing fields {missing}")
+    wrong = [k for k in _REQUIRED_FIELDS if type(out[k]) is not bytes]
+    if wrong:
+        raise ReplayDecodeError("bad_value", f"fields {wrong} are not bytes")
+    return out
+
+
+def _decimal(f: dict[str, bytes], name: str) -> int:
+    if not _DECIMAL.fullmatch(f[name]):
+        raise ReplayDecodeError("bad_header", f"field {name!r} is not a decimal: {f[name][:32]!r}")
+    return int(f[name])
+
+
+def _text(f: dict[str, bytes], name: str) -> str:
+    try:
+        return f[name].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReplayDecodeError("bad_header", f"field {name!r} is not UTF-8") from exc
+
+
+def _array(f: dict[str, bytes], name: str, dtype: np.dtype, count: int) -> np.ndarray:
+    """Decode a raw array field into a fresh, writable, native-endian array."""
+    raw = f[name]
+    if len(raw) != count * dtype.itemsize:
+        raise ReplayDecodeError(
+            "bad_length", f"field {name!r} has {len(raw)} bytes, expected {count * dtype.itemsize}"
+        )
+    return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))
+
+
+def _done(f: dict[str, bytes], n: int) -> np.ndarray:
+    raw = f["done"]
+    if len(raw) != n:
+        raise ReplayDecodeError("bad_length", f"field 'done' has {len(raw)} bytes, expected {n}")
+    if raw.translate(None, b"\x00\x01"):  # anything left is neither 0 nor 1
+        raise ReplayDecodeError("bad_value", "field 'done' has bytes other than 0 and 1")
+    return np.frombuffer(raw, dtype=np.bool_).copy()

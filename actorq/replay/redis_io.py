@@ -1,0 +1,190 @@
+"""Replay through Redis: actors append batches to a stream, the learner mirrors it locally.
+
+Writers XADD one encoded `TransitionBatch` per stream entry (capped with approximate
+MAXLEN) and INCRBY the inserted counter in the same MULTI/EXEC, so the counter always
+equals the transitions the stream has acknowledged. The reader XREADs new entries into a
+`ReplayStorage`, and after a learner restart `rebuild()` reads the whole stream again, so
+nothing Redis acknowledged is lost.
+
+Connection errors propagate as `redis.ConnectionError`; callers decide how to reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from actorq.redis_keys import RedisKeys
+from actorq.replay.batch import ReplayDecodeError, TransitionBatch, decode_batch, encode_batch
+from actorq.replay.sampler import Sampler
+from actorq.replay.storage import ReplayStorage
+
+log = logging.getLogger(__name__)
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+class RedisReplayWriter:
+    """Appends transition batches to the replay stream (used by actors)."""
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys, maxlen_entries: int) -> None:
+        if maxlen_entries < 1:
+            raise ValueError(f"maxlen_entries must be >= 1, got {maxlen_entries}")
+        self._client = client
+        self._keys = keys
+        self.maxlen_entries = maxlen_entries
+
+    def write(self, batch: TransitionBatch) -> int:
+        """Write one batch in one round trip; return its size once Redis acknowledged it."""
+        return self.write_many([batch])
+
+    def write_many(self, batches: Iterable[TransitionBatch]) -> int:
+        """Write several batches in one round trip; return the transitions acknowledged.
+
+        MULTI/EXEC (not a bare pipeline) so a dropped connection can never leave an entry
+        without its counter increment, or the reverse. Delivery is at least once: if the
+        reply to EXEC is lost and the client retries, the batch is stored twice (entry and
+        count alike).
+        """
+        batches = list(batches)
+        if not batches:
+            return 0
+        pipe = self._client.pipeline(transaction=True)
+        for batch in batches:
+            self._queue(pipe, batch)
+        pipe.execute()
+        return sum(len(b) for b in batches)
+
+    def _queue(self, pipe: redis.client.Pipeline, batch: TransitionBatch) -> None:
+        fields: Any = encode_batch(batch)
+        pipe.xadd(self._keys.replay_stream, fields, maxlen=self.maxlen_entries, approximate=True)
+        pipe.incrby(self._keys.inserted_counter, len(batch))
+
+
+def read_inserted(client: redis.Redis, keys: RedisKeys) -> int:
+    """Transitions Redis has acknowledged so far (0 before the first write)."""
+    value = client.get(keys.inserted_counter)
+    return int(value) if value is not None else 0
+
+
+class RedisReplayReader:
+    """Mirrors the replay stream into a local `ReplayStorage` (used by the learner).
+
+    Malformed entries are skipped, counted in `rejected` (and per reason in
+    `rejected_by_reason`) and logged once per reason; they never stop ingestion.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: RedisKeys,
+        storage: ReplayStorage,
+        sampler: Sampler | None = None,
+    ) -> None:
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise ValueError("the replay reader needs a client with decode_responses=False")
+        self._client = client
+        self._keys = keys
+        self.storage = storage
+        self.sampler = sampler
+        self.last_id = "0-0"
+        self.added = 0
+        self.rejected = 0
+        self.rejected_by_reason: Counter[str] = Counter()
+
+    def poll(self, block_ms: int = 100, count: int = 512) -> int:
+        """Read up to `count` entries after `last_id`; return the transitions added.
+
+        Waits up to `block_ms` for new entries when none are there (0 or less: no wait).
+        `block_ms` must stay below the client's socket timeout.
+        """
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        self._check_block(block_ms)
+        stream = self._keys.replay_stream
+        reply = self._client.xread(
+            {stream: self.last_id}, count=count, block=block_ms if block_ms > 0 else None
+        )
+        return self._ingest(_stream_entries(reply, stream))
+
+    def rebuild(self, page_size: int = 1024) -> int:
+        """Read the whole stream from its start into storage; return the transitions added.
+
+        Used on a fresh storage after a learner restart. Pages with XRANGE so a long stream
+        never needs one huge reply; afterwards `poll` continues after the last entry read.
+        """
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.last_id = "0-0"
+        added, start = 0, "-"
+        while True:
+            page: Any = self._client.xrange(self._keys.replay_stream, start, "+", count=page_size)
+            added += self._ingest(page)
+            if len(page) < page_size:
+                return added
+            start = "(" + self.last_id
+
+    def _ingest(self, entries: Sequence[Entry]) -> int:
+        """Decode and store entries in order; advance `last_id` past every one of them."""
+        added = 0
+        for entry_id, fields in entries:
+            added += self._ingest_one(_id_str(entry_id), fields)
+            self.last_id = _id_str(entry_id)
+        self.added += added
+        return added
+
+    def _ingest_one(self, entry_id: str, fields: dict[bytes, bytes]) -> int:
+        try:
+            batch = decode_batch(fields)
+        except ReplayDecodeError as exc:
+            self._reject(entry_id, exc.reason, str(exc))
+            return 0
+        if batch.obs_dim != self.storage.obs_dim:
+            msg = f"obs_dim {batch.obs_dim} != storage obs_dim {self.storage.obs_dim}"
+            self._reject(entry_id, "obs_dim_mismatch", msg)
+            return 0
+        indices = self.storage.add(batch)
+        if self.sampler is not None:
+            self.sampler.on_insert(indices)
+        return len(batch)
+
+    def _reject(self, entry_id: str, reason: str, message: str) -> None:
+        self.rejected += 1
+        self.rejected_by_reason[reason] += 1
+        if self.rejected_by_reason[reason] == 1:
+            log.warning(
+                "skipping malformed replay entry %s (%s): %s; further %r entries are "
+                "counted but not logged",
+                entry_id,
+                reason,
+                message,
+                reason,
+            )
+
+    def _check_block(self, block_ms: int) -> None:
+        timeout = self._client.get_connection_kwargs().get("socket_timeout")
+        if block_ms > 0 and timeout is not None and block_ms >= timeout * 1000:
+            raise ValueError(
+                f"block_ms={block_ms} must be below the client's socket_timeout ({timeout} s)"
+            )
+
+
+def _stream_entries(reply: Any, stream: str) -> list[Entry]:
+    """The entries of `stream` in an XREAD reply, for RESP2 (list) and RESP3 (dict) replies."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        found = reply.get(stream.encode()) or reply.get(stream) or [[]]
+        return list(found[0])
+    for name, entries in reply:
+        if _id_str(name) == stream:
+            return list(entries)
+    return []
+
+
+def _id_str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,58 @@
+"""The Control service every actorq process serves: GetStatus and Stop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from actorq.v1 import control_pb2, control_pb2_grpc
+
+
+@dataclass
+class StatusSnapshot:
+    """What a service reports about itself; converted to `ServiceStatus` on the wire."""
+
+    role: str
+    instance_id: str
+    policy_version: int = 0
+    state: str = "running"
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+class ControlServicer(control_pb2_grpc.ControlServicer):
+    """Converts messages and delegates to the service's own status and stop callables."""
+
+    def __init__(
+        self, status: Callable[[], StatusSnapshot], stop: Callable[[str], None]
+    ) -> None:
+        self._status = status
+        self._stop = stop
+
+    def GetStatus(  # noqa: N802 - gRPC method name
+        self, request: control_pb2.GetStatusRequest, context: grpc.ServicerContext
+    ) -> control_pb2.ServiceStatus:
+        snap = self._status()
+        return control_pb2.ServiceStatus(
+            role=snap.role,
+            instance_id=snap.instance_id,
+            policy_version=snap.policy_version,
+            state=snap.state,
+            counters={k: float(v) for k, v in snap.counters.items()},
+        )
+
+    def Stop(  # noqa: N802 - gRPC method name
+        self, request: control_pb2.StopRequest, context: grpc.ServicerContext
+    ) -> control_pb2.StopReply:
+        self._stop(request.reason or "stop requested over gRPC")
+        return control_pb2.StopReply(accepted=True)
+
+
+def control_service(
+    status: Callable[[], StatusSnapshot], stop: Callable[[str], None]
+) -> tuple[str, Callable[[grpc.Server], None]]:
+    """(service name, registrar) for `GrpcServer`."""
+    servicer = ControlServicer(status, stop)
+    name = control_pb2.DESCRIPTOR.services_by_name["Control"].full_name
+    return name, lambda server: control_pb2_grpc.add_ControlServicer_to_server(servicer, server)

@@ -1,0 +1,89 @@
+"""What every service process shares: logging, signals, Redis connection, user errors.
+
+A service's `main()` builds its objects and calls `runtime.wait()`; SIGTERM or SIGINT
+(or a Control.Stop call) sets the stop event, and the service shuts down in order.
+User errors (bad settings, unreachable Redis, port in use) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from actorq.config import ConfigError
+from actorq.redis_server import RedisUnavailable, check_redis
+from actorq.rpc.errors import PortInUseError
+
+USER_ERRORS = (ConfigError, RedisUnavailable, PortInUseError, ValueError)
+EXIT_USER_ERROR = 2
+
+log = logging.getLogger("actorq")
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname).1s %(name)s [" + str(os.getpid()) + "] %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def connect_redis(url: str, check_timeout: float = 5.0) -> redis.Redis:
+    """A client that retries with backoff; raises RedisUnavailable naming `url`."""
+    check_redis(url, timeout=check_timeout)
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=10.0,
+        socket_connect_timeout=5.0,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=15,
+    )
+
+
+class ServiceRuntime:
+    """Stop event wired to SIGTERM/SIGINT, shared by a service's threads."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stop_event = threading.Event()
+        self.stop_reason = ""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.request_stop(f"signal {signal.Signals(signum).name}")
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            log.info("%s stopping: %s", self.name, reason)
+            self.stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.stop_event.wait(timeout)
+
+
+def run_main(main: Callable[[], int | None]) -> None:
+    """Run a service main; user errors become one line on stderr and exit code 2."""
+    try:
+        code = main()
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code or 0)

@@ -1,0 +1,296 @@
+"""Single-process synchronous DQN on a gymnasium vector env: the reference for tuning defaults.
+
+One loop does what the distributed system spreads over processes: M envs step with an
+epsilon-greedy policy from the learner's net, transitions go into a tiny local replay, and
+the learner runs `updates-per-step` updates per env transition. A separate greedy env
+evaluates every `eval-every` updates; the run stops `after-solve` updates after the first
+evaluation whose mean return reaches `--solve-at`, so the stability of the solved policy is
+measured too (the distributed evaluator reports a running mean, not a single best).
+
+    .venv/bin/python bench/dqn_inprocess.py --envs 16 --hidden 64,64 --seed 1
+
+Exploration (`--eps`):
+    linear:START:END:STEPS   one epsilon for all envs, decayed over STEPS env transitions
+    apex:BASE:ALPHA:GROUPS   fixed Ape-X epsilons; envs split into GROUPS equal actors
+                             (GROUPS == envs gives every env its own epsilon)
+    const:EPS                one fixed epsilon
+The last line printed is a JSON summary for collecting tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.envs import describe_env, make_vector_env, next_obs_for_replay
+from actorq.exploration import LinearSchedule, apex_epsilon, epsilon_greedy
+from actorq.models.mlp import MLPSpec, QNetwork
+
+
+class Replay:
+    """Uniform ring buffer of (obs, action, reward, next_obs, done) in numpy arrays."""
+
+    def __init__(self, capacity: int, obs_dim: int, seed: int) -> None:
+        self.capacity = capacity
+        self.obs = np.zeros((capacity, obs_dim), np.float32)
+        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
+        self.action = np.zeros(capacity, np.int64)
+        self.reward = np.zeros(capacity, np.float32)
+        self.done = np.zeros(capacity, np.float32)
+        self.size = 0
+        self._pos = 0
+        self._rng = np.random.default_rng(seed)
+
+    def add(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        done: np.ndarray,
+    ) -> None:
+        idx = (self._pos + np.arange(len(action))) % self.capacity
+        self.obs[idx], self.action[idx], self.reward[idx] = obs, action, reward
+        self.next_obs[idx], self.done[idx] = next_obs, done
+        self._pos = int(idx[-1] + 1) % self.capacity
+        self.size = min(self.size + len(action), self.capacity)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        idx = self._rng.integers(0, self.size, size=batch_size)
+        return {
+            "obs": self.obs[idx],
+            "action": self.action[idx],
+            "reward": self.reward[idx],
+            "next_obs": self.next_obs[idx],
+            "done": self.done[idx],
+        }
+
+
+def make_epsilon(spec: str, num_envs: int) -> Callable[[int], np.ndarray]:
+    """Parse `--eps` into a function env_steps -> per-env epsilons [num_envs]."""
+    kind, *args = spec.split(":")
+    if kind == "linear":
+        sched = LinearSchedule(float(args[0]), float(args[1]), int(float(args[2])))
+        return lambda t: np.full(num_envs, sched(t))
+    if kind == "const":
+        return lambda t: np.full(num_envs, float(args[0]))
+    if kind == "apex":
+        base, alpha, groups = float(args[0]), float(args[1]), int(args[2])
+        per_group = [apex_epsilon(g, groups, base, alpha) for g in range(groups)]
+        fixed = np.array([per_group[i * groups // num_envs] for i in range(num_envs)])
+        return lambda t: fixed
+    raise ValueError(f"unknown --eps {spec!r}; expected linear:, const: or apex:")
+
+
+class GreedyEvaluator:
+    """Runs `episodes` greedy episodes in parallel, one per env of its own vector env."""
+
+    def __init__(self, env_id: str, episodes: int, seed: int) -> None:
+        self.envs = make_vector_env(env_id, episodes, seed)
+        self.episodes = episodes
+
+    def __call__(self, net: QNetwork) -> np.ndarray:
+        obs, _ = self.envs.reset()
+        returns = np.zeros(self.episodes)
+        running = np.ones(self.episodes, dtype=bool)
+        while running.any():
+            with torch.no_grad():
+                actions = net(torch.from_numpy(obs)).argmax(1).numpy()
+            obs, reward, term, trunc, _ = self.envs.step(actions)
+            returns += reward * running
+            running &= ~(term | trunc)
+        return returns
+
+
+@dataclass
+class Stats:
+    """Counters and evaluation history of one run."""
+
+    env_steps: int = 0
+    train_episodes: list[float] = field(default_factory=list)
+    evals: list[tuple[int, int, float, float]] = field(default_factory=list)
+    eval_returns: list[float] = field(default_factory=list)
+    eval_seconds: float = 0.0
+    solved: dict[str, float] | None = None
+
+
+def parse_args() -> argparse.Namespace:
+    d = DQNConfig()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--envs", type=int, default=16, help="envs in the acting vector env")
+    p.add_argument("--hidden", default="64,64", help="comma-separated hidden widths")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--batch", type=int, default=d.batch_size)
+    p.add_argument("--gamma", type=float, default=d.gamma)
+    p.add_argument(
+        "--updates-per-step",
+        type=float,
+        default=d.updates_per_insert,
+        help="learner updates per env transition (samples per insert / batch)",
+    )
+    p.add_argument("--target-update", type=int, default=d.target_update_every)
+    p.add_argument("--tau", type=float, default=d.tau)
+    p.add_argument("--learning-starts", type=int, default=d.learning_starts)
+    p.add_argument("--buffer", type=int, default=d.buffer_size)
+    p.add_argument("--eps", default="apex:0.4:7:16")
+    p.add_argument(
+        "--publish-every",
+        type=int,
+        default=0,
+        help="refresh the actors' copy of the net every N updates (0: act with the online net)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=300_000, help="env transitions")
+    p.add_argument("--max-seconds", type=float, default=120.0)
+    p.add_argument("--eval-every", type=int, default=500, help="learner updates")
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--solve-at", type=float, default=475.0)
+    p.add_argument("--after-solve", type=int, default=5000, help="updates to run after solving")
+    p.add_argument("--quiet", action="store_true")
+    return p.parse_args()
+
+
+def build(args: argparse.Namespace) -> tuple[DQNLearner, DQNConfig]:
+    info = describe_env(args.env)
+    hidden = tuple(int(h) for h in args.hidden.split(","))
+    spec = MLPSpec(info.obs_dim, info.num_actions, hidden)
+    config = DQNConfig(
+        lr=args.lr,
+        gamma=args.gamma,
+        batch_size=args.batch,
+        target_update_every=args.target_update,
+        tau=args.tau,
+        learning_starts=args.learning_starts,
+        buffer_size=args.buffer,
+        samples_per_insert=args.updates_per_step * args.batch,
+    )
+    return DQNLearner(spec, config, seed=args.seed), config
+
+
+def evaluate(
+    args: argparse.Namespace,
+    learner: DQNLearner,
+    evaluator: GreedyEvaluator,
+    stats: Stats,
+    start: tuple[float, float],
+) -> None:
+    """Greedy evaluation; records the first time the mean reaches the solve threshold."""
+    t0 = time.perf_counter()
+    returns = evaluator(learner.online)
+    stats.eval_seconds += time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - start[0], time.process_time() - start[1]
+    mean = float(returns.mean())
+    stats.evals.append((learner.num_updates, stats.env_steps, wall, mean))
+    if stats.solved is not None:
+        stats.eval_returns.extend(returns.tolist())
+    elif mean >= args.solve_at:
+        stats.solved = {
+            "steps": stats.env_steps,
+            "updates": learner.num_updates,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "train_wall_s": wall - stats.eval_seconds,
+        }
+    if not args.quiet:
+        recent = stats.train_episodes[-20:]
+        train_mean = float(np.mean(recent)) if recent else float("nan")
+        print(
+            f"upd {learner.num_updates:6d} steps {stats.env_steps:7d} wall {wall:6.1f}s "
+            f"eval {mean:6.1f} train20 {train_mean:6.1f}",
+            flush=True,
+        )
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    torch.set_num_threads(1)
+    learner, config = build(args)
+    envs = make_vector_env(args.env, args.envs, args.seed)
+    evaluator = GreedyEvaluator(args.env, args.eval_episodes, args.seed + 10_000)
+    replay = Replay(config.buffer_size, learner.spec.obs_dim, args.seed)
+    epsilon = make_epsilon(args.eps, args.envs)
+    actor_net = learner.online
+    if args.publish_every > 0:  # a stale copy, as actors hold between policy versions
+        actor_net = QNetwork(learner.spec)
+        actor_net.load_state_dict(learner.online.state_dict())
+    rng = np.random.default_rng(args.seed)
+    stats = Stats()
+    ep_return = np.zeros(args.envs)
+    credit = 0.0
+    obs, _ = envs.reset()
+    start = (time.perf_counter(), time.process_time())
+    done_after = None
+    while stats.env_steps < args.max_steps:
+        with torch.no_grad():
+            q = actor_net(torch.from_numpy(obs)).numpy()
+        actions = epsilon_greedy(q, epsilon(stats.env_steps), rng)
+        next_obs, reward, term, trunc, infos = envs.step(actions)
+        replay.add(obs, actions, reward, next_obs_for_replay(next_obs, infos, term, trunc), term)
+        obs = next_obs
+        stats.env_steps += args.envs
+        ep_return += reward
+        for i in np.flatnonzero(term | trunc):
+            stats.train_episodes.append(float(ep_return[i]))
+            ep_return[i] = 0.0
+        if replay.size < config.learning_starts:
+            continue
+        credit += args.envs * args.updates_per_step
+        while credit >= 1.0:
+            credit -= 1.0
+            learner.update(replay.sample(config.batch_size))
+            if args.publish_every > 0 and learner.num_updates % args.publish_every == 0:
+                actor_net.load_state_dict(learner.online.state_dict())
+            if learner.num_updates % args.eval_every == 0:
+                evaluate(args, learner, evaluator, stats, start)
+                if stats.solved is not None and done_after is None:
+                    done_after = learner.num_updates + args.after_solve
+        if done_after is not None and learner.num_updates >= done_after:
+            break
+        if time.perf_counter() - start[0] > args.max_seconds:
+            break
+    return summarize(args, learner, stats, start)
+
+
+def summarize(
+    args: argparse.Namespace, learner: DQNLearner, stats: Stats, start: tuple[float, float]
+) -> dict[str, object]:
+    """One JSON-able record: when it solved and how stable the greedy policy was after."""
+    after = [m for (u, _, _, m) in stats.evals if stats.solved and u > stats.solved["updates"]]
+    last100 = stats.eval_returns[-100:]
+    return {
+        "config": {k: v for k, v in vars(args).items() if k not in ("quiet",)},
+        "solved": stats.solved,
+        "total_wall_s": time.perf_counter() - start[0],
+        "total_steps": stats.env_steps,
+        "total_updates": learner.num_updates,
+        "eval_seconds": stats.eval_seconds,
+        "after_evals": len(after),
+        "after_frac_solved": float(np.mean([m >= args.solve_at for m in after])) if after else None,
+        "after_min_mean": min(after) if after else None,
+        "after_last100_mean": float(np.mean(last100)) if last100 else None,
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    result = run(args)
+    solved = result["solved"]
+    if solved:
+        print(
+            f"SOLVED at {solved['steps']} env steps, {solved['updates']} updates, "
+            f"{solved['wall_s']:.1f}s wall ({solved['train_wall_s']:.1f}s without eval)"
+        )
+    else:
+        print(f"not solved in {result['total_steps']} env steps, {result['total_wall_s']:.1f}s")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

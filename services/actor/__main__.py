@@ -1,0 +1,3 @@
+from services.actor.main import main
+
+main()

@@ -1,0 +1,105 @@
+"""Actor (or evaluator) process: settings -> env, policy follower, replay writer -> act.
+
+Configured by ACTORQ_* environment variables (see actorq.config.ActorSettings);
+ACTORQ_EVALUATOR=true makes this process the greedy evaluator.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import torch
+
+from actorq import metrics
+from actorq.actor.loop import Actor, Evaluator
+from actorq.actor.policy_follower import PolicyFollower
+from actorq.config import ActorSettings, load_settings
+from actorq.envs import describe_env, make_vector_env
+from actorq.redis_keys import RedisKeys
+from actorq.rpc import GrpcServer
+from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
+
+log = logging.getLogger("actorq.actor")
+
+
+def serve(settings: ActorSettings) -> int:
+    torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
+    runtime = ServiceRuntime(settings.instance_id)
+    describe_env(settings.env_id)  # unknown or unsupported env: clear error before anything starts
+    client = connect_redis(settings.redis_url)
+    keys = RedisKeys(settings.redis_prefix)
+    env = make_vector_env(
+        settings.env_id, settings.envs_per_actor, settings.seed + 1000 * settings.actor_index
+    )
+    follower = PolicyFollower(settings.quantizer_addr, settings.instance_id).start()
+    kind = Evaluator if settings.evaluator else Actor
+    worker = kind(settings, env, follower, client, keys, runtime.stop_event)
+    server = GrpcServer(
+        settings.bind_host,
+        settings.grpc_port,
+        [control_service(lambda: _status(worker, follower, runtime), runtime.request_stop)],
+        max_workers=4,
+    )
+    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    server.start()
+    log.info(
+        "%s up: env %s x%d, control port %d, metrics %s, quantizer %s",
+        settings.instance_id, settings.env_id, settings.envs_per_actor, server.port,
+        metrics_port, settings.quantizer_addr,
+    )
+    thread = threading.Thread(target=_run_worker, args=(worker, runtime), name="env-loop")
+    thread.start()
+    runtime.wait()
+    thread.join()
+    follower.stop()
+    env.close()
+    server.stop(grace=1.0)
+    return 0
+
+
+def _run_worker(worker: Actor | Evaluator, runtime: ServiceRuntime) -> None:
+    try:
+        worker.run()
+    except Exception:
+        log.exception("env loop crashed")
+        runtime.request_stop("env loop crashed")
+        raise
+    runtime.request_stop("env step budget reached")
+
+
+def _status(worker: Actor | Evaluator, follower: PolicyFollower, runtime: ServiceRuntime) -> StatusSnapshot:
+    current = follower.current
+    counters = {
+        "env_steps": worker.env_steps,
+        "episodes": worker.episodes.count,
+        "mean_return_100": worker.episodes.mean_return,
+        "policy_rejections": follower.rejections,
+        "policy_loads": follower.loads,
+        "policy_bytes_received": follower.bytes_received,
+        "latest_announced_version": follower.latest_announced,
+    }
+    if isinstance(worker, Actor):
+        counters["replay_inserted"] = worker.inserted
+        counters["epsilon"] = worker.epsilon
+    return StatusSnapshot(
+        role="evaluator" if isinstance(worker, Evaluator) else "actor",
+        instance_id=worker.instance,
+        policy_version=current.version if current else 0,
+        state="stopping" if runtime.stopping else ("running" if current else "waiting"),
+        counters=counters,
+    )
+
+
+def main() -> None:
+    def _main() -> int:
+        settings = load_settings(ActorSettings)
+        setup_logging(settings.log_level)
+        return serve(settings)
+
+    run_main(_main)
+
+
+if __name__ == "__main__":
+    main()

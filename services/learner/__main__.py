@@ -1,0 +1,3 @@
+from services.learner.main import main
+
+main()

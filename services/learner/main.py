@@ -1,0 +1,137 @@
+"""Learner process: settings -> DQN learner, replay mirror, publisher -> train.
+
+Configured by ACTORQ_* environment variables (see actorq.config.LearnerSettings) and
+ACTORQ_DQN_* for DQN hyperparameters (see actorq.algos.dqn.DQNConfig).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import torch
+
+from actorq import metrics
+from actorq.algos.dqn import DQNConfig
+from actorq.config import LearnerSettings, load_settings
+from actorq.envs import describe_env
+from actorq.learner.loop import Learner
+from actorq.learner.publisher import WeightsPublisher
+from actorq.models import MLPSpec
+from actorq.quant import parse_precision
+from actorq.quantizer.store import PolicyStore
+from actorq.redis_keys import RedisKeys
+from actorq.rpc import GrpcServer
+from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
+
+log = logging.getLogger("actorq.learner")
+
+
+def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRuntime) -> Learner:
+    info = describe_env(settings.env_id)
+    spec = MLPSpec(info.obs_dim, info.num_actions, settings.hidden)
+    client = connect_redis(settings.redis_url)
+    keys = RedisKeys(settings.redis_prefix)
+    store = PolicyStore(client, keys)
+    publisher = WeightsPublisher(
+        settings.quantizer_addr,
+        spec,
+        parse_precision(settings.precision),
+        start_version=store.latest_version(),
+        latest_stored=store.latest_version,
+    )
+    return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event)
+
+
+class _Rate:
+    """Updates per second over the time between two status calls."""
+
+    def __init__(self) -> None:
+        self.last = (time.perf_counter(), 0)
+
+    def __call__(self, count: int) -> float:
+        now = time.perf_counter()
+        then, before = self.last
+        self.last = (now, count)
+        return (count - before) / (now - then) if now > then else 0.0
+
+
+def _status_fn(learner: Learner, runtime: ServiceRuntime):  # noqa: ANN202
+    rate = _Rate()
+
+    def status() -> StatusSnapshot:
+        c = learner.counters
+        return StatusSnapshot(
+            role="learner",
+            instance_id="learner",
+            policy_version=learner.publisher.version,
+            state="stopping" if runtime.stopping else "running",
+            counters={
+                "updates": c.updates,
+                "updates_per_second": rate(c.updates),
+                "loss": c.last_loss,
+                "replay_size": len(learner.storage),
+                "replay_inserted": learner.storage.total_added,
+                "replay_rejected": learner.reader.rejected,
+                "wait_fraction": learner.wait_fraction(),
+                "checkpoints": c.checkpoints,
+                "publish_failures": learner.publisher.failures,
+                "blob_bytes": learner.publisher.blob_bytes,
+            },
+        )
+
+    return status
+
+
+def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
+    torch.set_num_threads(settings.torch_threads)
+    runtime = ServiceRuntime("learner")
+    learner = build_learner(settings, dqn, runtime)
+    server = GrpcServer(
+        settings.bind_host,
+        settings.grpc_port,
+        [control_service(_status_fn(learner, runtime), runtime.request_stop)],
+        max_workers=4,
+    )
+    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    server.start()
+    learner.restore()
+    log.info(
+        "learner up: env %s, hidden %s, precision %s, control port %d, metrics %s",
+        settings.env_id, settings.hidden, settings.precision, server.port, metrics_port,
+    )
+    learner.start()
+    trainer = threading.Thread(target=_train, args=(learner, runtime), name="train")
+    trainer.start()
+    runtime.wait()
+    trainer.join()
+    learner.finish()
+    server.stop(grace=1.0)
+    log.info("learner stopped after %d updates, version %d", learner.counters.updates, learner.publisher.version)
+    return 0
+
+
+def _train(learner: Learner, runtime: ServiceRuntime) -> None:
+    try:
+        learner.train()
+    except Exception:
+        log.exception("training loop crashed")
+        runtime.request_stop("training loop crashed")
+        raise
+    runtime.request_stop("max_updates reached")
+
+
+def main() -> None:
+    def _main() -> int:
+        settings = load_settings(LearnerSettings)
+        setup_logging(settings.log_level)
+        dqn = load_settings(DQNConfig, prefix="ACTORQ_DQN_")
+        return serve(settings, dqn)
+
+    run_main(_main)
+
+
+if __name__ == "__main__":
+    main()

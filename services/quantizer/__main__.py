@@ -1,0 +1,3 @@
+from services.quantizer.main import main
+
+main()

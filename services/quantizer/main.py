@@ -1,0 +1,72 @@
+"""Quantizer / parameter server process: settings -> objects -> serve.
+
+Configured by ACTORQ_* environment variables (see actorq.config.QuantizerSettings).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from actorq import metrics
+from actorq.config import QuantizerSettings, load_settings
+from actorq.quantizer.server import ParameterServer, parameter_server_service
+from actorq.quantizer.store import PolicyStore
+from actorq.redis_keys import RedisKeys
+from actorq.rpc import GrpcServer
+from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
+
+log = logging.getLogger("actorq.quantizer")
+
+
+def serve(settings: QuantizerSettings) -> int:
+    runtime = ServiceRuntime("quantizer")
+    client = connect_redis(settings.redis_url)
+    store = PolicyStore(client, RedisKeys(settings.redis_prefix), settings.keep_versions)
+    params = ParameterServer(store, settings.chunk_bytes, settings.max_publish_bytes)
+
+    def status() -> StatusSnapshot:
+        latest = params.board.latest
+        return StatusSnapshot(
+            role="quantizer",
+            instance_id="quantizer",
+            policy_version=latest.version if latest else 0,
+            state="stopping" if runtime.stopping else "running",
+            counters={
+                **params.counters,
+                "broadcast_bytes_total": params.bytes_sent,
+                "broadcast_fp32_equivalent_bytes_total": params.fp32_bytes_sent,
+                "bytes_saved_total": max(params.fp32_bytes_sent - params.bytes_sent, 0),
+                "blob_bytes": latest.blob_bytes if latest else 0,
+            },
+        )
+
+    server = GrpcServer(
+        settings.bind_host,
+        settings.grpc_port,
+        [parameter_server_service(params), control_service(status, runtime.request_stop)],
+        max_workers=512,  # one thread per open WatchPolicy stream, plus headroom
+    )
+    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    server.start()
+    log.info(
+        "quantizer serving on %s:%d (metrics %s), redis %s, latest version %d",
+        settings.bind_host, server.port, metrics_port, settings.redis_url, store.latest_version(),
+    )
+    runtime.wait()
+    params.close()
+    server.stop(grace=2.0)
+    return 0
+
+
+def main() -> None:
+    def _main() -> int:
+        settings = load_settings(QuantizerSettings)
+        setup_logging(settings.log_level)
+        return serve(settings)
+
+    run_main(_main)
+
+
+if __name__ == "__main__":
+    main()

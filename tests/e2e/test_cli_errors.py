@@ -1,0 +1,64 @@
+"""Bad input at the command line and at service start: one clear line, exit code 2."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from actorq.redis_server import find_free_port
+
+
+def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--env", "CartPol-v1"], "CartPol-v1"),
+        (["--env", "Pendulum-v1"], "Discrete"),
+        (["--hidden", "64,x"], "--hidden"),
+        (["--precision", "int3"], "int3"),
+        (["--actors", "0"], "--actors"),
+        (["--max-env-steps", "-5"], "--max-env-steps"),
+    ],
+)
+def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expected: str) -> None:  # noqa: ANN001
+    result = _run(["-m", "actorq", "run", "--run-dir", str(tmp_path / "run"), *flags])
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "logs").exists()  # nothing was started
+
+
+def test_unreachable_redis_names_the_url(tmp_path) -> None:  # noqa: ANN001
+    url = f"redis://127.0.0.1:{find_free_port()}/0"
+    result = _run(["-m", "actorq", "run", "--redis-url", url, "--run-dir", str(tmp_path / "r")])
+    assert result.returncode == 2
+    assert url in result.stderr and "Traceback" not in result.stderr
+
+
+def test_service_on_a_taken_port_exits_2(redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run(
+            ["-m", "services.quantizer"],
+            env={"ACTORQ_REDIS_URL": redis_url, "ACTORQ_GRPC_PORT": str(port), "ACTORQ_METRICS_PORT": "-1"},
+        )
+    assert result.returncode == 2
+    assert f"127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_service_with_bad_setting_exits_2() -> None:
+    result = _run(["-m", "services.learner"], env={"ACTORQ_PRECISION": "int3"})
+    assert result.returncode == 2
+    assert "int3" in result.stderr and "Traceback" not in result.stderr

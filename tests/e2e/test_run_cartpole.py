@@ -1,0 +1,82 @@
+"""The main job end to end: `actorq run` trains CartPole-v1 with 2 int8 actors through the
+real services (embedded Redis, quantizer, learner, actors, evaluator as processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def _processes_with(marker: str) -> list[int]:
+    """PIDs whose environment mentions `marker` (the run's unique folder)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _actorq(args: list[str], **kwargs) -> subprocess.Popen:  # noqa: ANN003
+    return subprocess.Popen(
+        [sys.executable, "-m", "actorq", "run", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL, **kwargs,
+    )
+
+
+def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
+    run_dir = tmp_path / "cartpole-int8"
+    proc = _actorq([
+        "--env", "CartPole-v1", "--actors", "2", "--precision", "int8",
+        "--target-return", "195", "--max-env-steps", "400000", "--run-dir", str(run_dir), "--seed", "1",
+    ])
+    output, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, output[-3000:]
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["solved"] is True, summary
+    assert summary["final_mean_return"] >= 195
+    assert summary["env_steps"] <= 400000 + 50000
+    assert summary["precision"] == "int8" and summary["actors"] == 2
+    assert summary["eval_episodes"] >= 100
+    assert summary["learner_updates"] > 0 and summary["policy_versions"] > 1
+    # int8 broadcasts are about 4x smaller than fp32 ones
+    assert 0 < summary["blob_bytes"] <= 0.3 * summary["fp32_equivalent_bytes"]
+    assert summary["bytes_saved_total"] > summary["broadcast_bytes_total"]
+
+    for name in ("config.json", "metrics.jsonl", "episodes.csv", "return_vs_env_steps.png",
+                 "return_vs_wall_time.png", "checkpoints/checkpoint.pt", "checkpoints/checkpoint.json"):
+        assert (run_dir / name).stat().st_size > 0, name
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] >= rows[0]["env_steps"] and len(rows) > 2
+    assert _processes_with(str(run_dir)) == []  # no orphans
+
+
+def test_sigterm_stops_everything_and_writes_the_run_folder(tmp_path: Path) -> None:
+    run_dir = tmp_path / "interrupted"
+    proc = _actorq(["--actors", "1", "--target-return", "none", "--run-dir", str(run_dir)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    assert (run_dir / "metrics.jsonl").exists(), "run never started"
+    assert len(_processes_with(str(run_dir))) >= 4  # redis, quantizer, learner, actor, evaluator
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("interrupted")
+    assert (run_dir / "checkpoints" / "checkpoint.pt").exists()
+    assert _processes_with(str(run_dir)) == []
