@@ -39,19 +39,45 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algo", default=d.algo, choices=["dqn"], help="learning algorithm")
     p.add_argument("--actors", type=int, default=d.actors, help="actor processes")
     p.add_argument("--envs-per-actor", type=int, default=d.envs_per_actor, help="envs per actor")
-    p.add_argument("--precision", default=d.precision, choices=PRECISIONS, help="actor policy precision")
-    p.add_argument("--hidden", type=_hidden, default=d.hidden, help="hidden widths, e.g. 512,512,512")
-    p.add_argument("--max-env-steps", type=int, default=d.max_env_steps, help="stop after this many actor env steps")
-    p.add_argument("--target-return", type=_target, default=d.target_return,
-                   help="stop when the evaluator's mean over its last 100 episodes reaches this ('none' = never)")
-    p.add_argument("--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)")
+    p.add_argument(
+        "--precision", default=d.precision, choices=PRECISIONS, help="actor policy precision"
+    )
+    p.add_argument(
+        "--hidden", type=_hidden, default=d.hidden, help="hidden widths, e.g. 512,512,512"
+    )
+    p.add_argument(
+        "--max-env-steps",
+        type=int,
+        default=d.max_env_steps,
+        help="stop after this many actor env steps",
+    )
+    p.add_argument(
+        "--target-return",
+        type=_target,
+        default=d.target_return,
+        help="stop when the evaluator's mean of its last 100 episodes reaches this ('none' = never)",
+    )
+    p.add_argument(
+        "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"
+    )
     p.add_argument("--seed", type=int, default=d.seed, help="random seed")
-    p.add_argument("--run-dir", default=d.run_dir, help="output folder (default runs/<env>-<precision>-<time>)")
-    p.add_argument("--redis-url", default=d.redis_url,
-                   help="external Redis, e.g. redis://host:6379/0 (default: start an embedded one)")
-    p.add_argument("--eval-envs", type=int, default=d.eval_envs, help="evaluator envs (episodes per version)")
-    p.add_argument("--samples-per-insert", type=float, default=d.samples_per_insert,
-                   help="replay ratio enforced between learner and actors")
+    p.add_argument(
+        "--run-dir", default=d.run_dir, help="output folder (default runs/<env>-<precision>-<time>)"
+    )
+    p.add_argument(
+        "--redis-url",
+        default=d.redis_url,
+        help="external Redis, e.g. redis://host:6379/0 (default: start an embedded one)",
+    )
+    p.add_argument(
+        "--eval-envs", type=int, default=d.eval_envs, help="evaluator envs (episodes per version)"
+    )
+    p.add_argument(
+        "--samples-per-insert",
+        type=float,
+        default=d.samples_per_insert,
+        help="replay ratio enforced between learner and actors",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

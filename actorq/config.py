@@ -119,7 +119,9 @@ def _check_precision(precision: str) -> None:
 
 
 def _check_port(name: str, port: int) -> None:
-    _check(0 <= port <= 65535, f"{name}: expected a port in 0..65535 (0 = pick a free one), got {port}")
+    _check(
+        0 <= port <= 65535, f"{name}: expected a port in 0..65535 (0 = pick a free one), got {port}"
+    )
 
 
 @dataclass
@@ -198,7 +200,10 @@ class ActorSettings(CommonSettings):
             self.envs_per_actor >= 1,
             f"envs_per_actor: expected >= 1, got {self.envs_per_actor}",
         )
-        _check(0 < self.epsilon_base <= 1, f"epsilon_base: expected 0 < x <= 1, got {self.epsilon_base}")
+        _check(
+            0 < self.epsilon_base <= 1,
+            f"epsilon_base: expected 0 < x <= 1, got {self.epsilon_base}",
+        )
         _check(self.push_every >= 1, f"push_every: expected >= 1, got {self.push_every}")
         _check(self.max_env_steps >= 0, f"max_env_steps: expected >= 0, got {self.max_env_steps}")
         _check(
@@ -265,10 +270,15 @@ class RunSettings:
     extra_env: dict[str, str] = field(default_factory=dict)  # ACTORQ_* passed to services
 
     def __post_init__(self) -> None:
-        _check(self.algo == "dqn", f"--algo: expected dqn (the only algorithm so far), got {self.algo!r}")
+        _check(
+            self.algo == "dqn",
+            f"--algo: expected dqn (the only algorithm so far), got {self.algo!r}",
+        )
         _check(self.actors >= 1, f"--actors: expected >= 1, got {self.actors}")
         _check(self.actors <= 256, f"--actors: expected <= 256, got {self.actors}")
-        _check(self.envs_per_actor >= 1, f"--envs-per-actor: expected >= 1, got {self.envs_per_actor}")
+        _check(
+            self.envs_per_actor >= 1, f"--envs-per-actor: expected >= 1, got {self.envs_per_actor}"
+        )
         _check_precision(self.precision)
         _check(self.max_env_steps >= 1, f"--max-env-steps: expected >= 1, got {self.max_env_steps}")
         _check(self.max_seconds >= 0, f"--max-seconds: expected >= 0, got {self.max_seconds}")

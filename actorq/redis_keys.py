@@ -15,7 +15,9 @@ class RedisKeys:
 
     def __post_init__(self) -> None:
         if not self.prefix or any(c.isspace() for c in self.prefix):
-            raise ValueError(f"redis key prefix must be non-empty without spaces, got {self.prefix!r}")
+            raise ValueError(
+                f"redis key prefix must be non-empty without spaces, got {self.prefix!r}"
+            )
 
     # --- replay ---------------------------------------------------------------------
     @property

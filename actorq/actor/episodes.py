@@ -67,8 +67,13 @@ class EpisodeTracker:
 
     def _finish(self, i: int, version: int, env_steps: int) -> None:
         episode = Episode(
-            self.instance, self.kind, float(self.returns[i]), int(self.lengths[i]),
-            version, env_steps, time.time(),
+            self.instance,
+            self.kind,
+            float(self.returns[i]),
+            int(self.lengths[i]),
+            version,
+            env_steps,
+            time.time(),
         )
         self.recent.append(episode.episode_return)
         self.pending.append(episode)

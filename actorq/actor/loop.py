@@ -46,12 +46,12 @@ class _PendingTransitions:
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.count = 0
 
-    def add(self, obs, action, reward, next_obs, done) -> None:  # noqa: ANN001
+    def add(self, obs, action, reward, next_obs, done) -> None:
         self.parts.append((obs, action, reward, next_obs, done))
         self.count += len(action)
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        obs, action, reward, next_obs, done = (np.concatenate(x) for x in zip(*self.parts))
+        obs, action, reward, next_obs, done = (np.concatenate(x) for x in zip(*self.parts, strict=True))
         return TransitionBatch(
             obs=obs.astype(np.float32, copy=False),
             action=action.astype(np.int64, copy=False),
@@ -86,7 +86,7 @@ class Actor:
     def __init__(
         self,
         settings: ActorSettings,
-        env,  # noqa: ANN001 - gymnasium VectorEnv
+        env,
         follower: PolicyFollower,
         client: redis.Redis,
         keys: RedisKeys,
@@ -104,7 +104,9 @@ class Actor:
         )
         self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
         self.writer = RedisReplayWriter(
-            client, keys, maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1)
+            client,
+            keys,
+            maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1),
         )
         self.episodes = EpisodeTracker(env.num_envs, self.instance, "train")
         self.pending = _PendingTransitions()
@@ -120,7 +122,9 @@ class Actor:
         while not self.stop.is_set() and not self.follower.wait_for_policy(0.1):
             pass
         obs, _ = self.env.reset(seed=self.s.seed + 1000 * self.s.actor_index)
-        log.info("%s acting with epsilon %.4f on %d envs", self.instance, self.epsilon, self.env.num_envs)
+        log.info(
+            "%s acting with epsilon %.4f on %d envs", self.instance, self.epsilon, self.env.num_envs
+        )
         while not self.stop.is_set() and not self._budget_spent():
             obs = self._step(obs)
             if self.pending.count >= self.s.push_every:
@@ -185,7 +189,9 @@ class Actor:
             return
         started = time.perf_counter()
         while not self.stop.is_set():
-            inserted, sampled = self.client.mget(self.keys.inserted_counter, self.keys.learner_sampled)
+            inserted, sampled = self.client.mget(
+                self.keys.inserted_counter, self.keys.learner_sampled
+            )
             if self.limiter.can_insert(int(inserted or 0), int(sampled or 0), 1):
                 break
             self.stop.wait(0.005)
@@ -200,7 +206,7 @@ class Evaluator:
     def __init__(
         self,
         settings: ActorSettings,
-        env,  # noqa: ANN001 - gymnasium VectorEnv
+        env,
         follower: PolicyFollower,
         client: redis.Redis,
         keys: RedisKeys,
@@ -235,7 +241,9 @@ class Evaluator:
             self.env_steps += steps
             metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(steps)
             ended = (terminated | truncated) & active
-            self.episodes.step(np.where(active, rewards, 0.0), ended, policy.version, self.env_steps)
+            self.episodes.step(
+                np.where(active, rewards, 0.0), ended, policy.version, self.env_steps
+            )
             active &= ~ended
         self.rounds += 1
         self.evaluated_version = policy.version
@@ -247,4 +255,6 @@ class Evaluator:
             self.episodes.flush(self.client, self.keys, self.s.episodes_maxlen)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
-            log.warning("redis unavailable (%s); holding %d episodes", exc, len(self.episodes.pending))
+            log.warning(
+                "redis unavailable (%s); holding %d episodes", exc, len(self.episodes.pending)
+            )

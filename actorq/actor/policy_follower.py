@@ -116,7 +116,9 @@ class PolicyFollower:
             ps_pb2.GetPolicyRequest(version=version, actor_id=self._instance), timeout=30.0
         ):
             if chunk.offset != expected_offset or chunk.version != version:
-                raise BlobError(f"chunk for version {chunk.version} at offset {chunk.offset} out of order")
+                raise BlobError(
+                    f"chunk for version {chunk.version} at offset {chunk.offset} out of order"
+                )
             parts.append(chunk.data)
             expected_offset += len(chunk.data)
             total = chunk.total_bytes
@@ -124,7 +126,9 @@ class PolicyFollower:
             raise BlobError(f"blob truncated: got {expected_offset} of {total} bytes")
         return b"".join(parts)
 
-    def _load(self, stub: ps_grpc.ParameterServerStub, announcement: ps_pb2.PolicyAnnouncement) -> None:
+    def _load(
+        self, stub: ps_grpc.ParameterServerStub, announcement: ps_pb2.PolicyAnnouncement
+    ) -> None:
         started = time.perf_counter()
         try:
             envelope = self._fetch(stub, announcement.version)
@@ -135,7 +139,9 @@ class PolicyFollower:
         try:
             policy = decode_policy(envelope, self._spec)
             if policy.version != announcement.version:
-                raise BlobError(f"blob holds version {policy.version}, expected {announcement.version}")
+                raise BlobError(
+                    f"blob holds version {policy.version}, expected {announcement.version}"
+                )
             module = build_policy_module(policy)
         except (BlobError, ValueError) as exc:
             self._reject(announcement.version, exc)
@@ -146,7 +152,9 @@ class PolicyFollower:
         )
         self.loads += 1
         self._loaded_event.set()
-        metrics.ACTOR_POLICY_LOAD_SECONDS.labels(self._instance).observe(time.perf_counter() - started)
+        metrics.ACTOR_POLICY_LOAD_SECONDS.labels(self._instance).observe(
+            time.perf_counter() - started
+        )
         metrics.ACTOR_POLICY_VERSION.labels(self._instance).set(policy.version)
         metrics.ACTOR_POLICY_LAG.labels(self._instance).set(self.latest_announced - policy.version)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -40,7 +41,10 @@ class ProgressSample:
     policy_rejections: int
 
     def row(self) -> dict[str, float | int | None]:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+        return {
+            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            for k, v in asdict(self).items()
+        }
 
 
 class _StatusClient:
@@ -51,10 +55,9 @@ class _StatusClient:
         self.last: control_pb2.ServiceStatus | None = None
 
     def refresh(self) -> control_pb2.ServiceStatus | None:
-        try:
+        # Keep the last known figures while a service is busy or restarting.
+        with contextlib.suppress(grpc.RpcError):
             self.last = self.stub.GetStatus(control_pb2.GetStatusRequest(), timeout=1.0)
-        except grpc.RpcError:
-            pass  # keep the last known figures while a service is busy or restarting
         return self.last
 
     def counter(self, name: str, default: float = 0.0) -> float:
@@ -72,13 +75,14 @@ class RunMonitor:
         quantizer: ServiceProcess,
         actors: list[ServiceProcess],
         evaluator: ServiceProcess,
+        started: float | None = None,
     ) -> None:
         self.client, self.keys = client, keys
         self.learner = _StatusClient(learner)
         self.quantizer = _StatusClient(quantizer)
         self.actors = [_StatusClient(a) for a in actors]
         self.evaluator = _StatusClient(evaluator)
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started  # wall clock origin
         self.episodes: list[tuple[Episode, int, float]] = []  # (episode, total env steps, wall s)
         self.eval_recent: deque[float] = deque(maxlen=100)
         self.train_recent: deque[float] = deque(maxlen=100)

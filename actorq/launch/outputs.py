@@ -69,12 +69,27 @@ def write_episodes(run_dir: Path, monitor: RunMonitor) -> Path:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["kind", "instance", "return", "length", "policy_version", "total_env_steps", "wall_seconds"]
+            [
+                "kind",
+                "instance",
+                "return",
+                "length",
+                "policy_version",
+                "total_env_steps",
+                "wall_seconds",
+            ]
         )
         for ep, env_steps, wall in monitor.episodes:
             writer.writerow(
-                [ep.kind, ep.instance, ep.episode_return, ep.length, ep.policy_version,
-                 env_steps, round(wall, 3)]
+                [
+                    ep.kind,
+                    ep.instance,
+                    ep.episode_return,
+                    ep.length,
+                    ep.policy_version,
+                    env_steps,
+                    round(wall, 3),
+                ]
             )
     return path
 
@@ -92,18 +107,35 @@ def write_plots(run_dir: Path, monitor: RunMonitor, title: str, target: float | 
         (2, "wall time (s)", "return_vs_wall_time.png"),
     ):
         fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-        for kind, label, style in (("train", "actors (epsilon-greedy)", "."), ("eval", "evaluator (greedy)", "o")):
-            points = [(row[x_index], row[0].episode_return) for row in monitor.episodes if row[0].kind == kind]
+        for kind, label, style in (
+            ("train", "actors (epsilon-greedy)", "."),
+            ("eval", "evaluator (greedy)", "o"),
+        ):
+            points = [
+                (row[x_index], row[0].episode_return)
+                for row in monitor.episodes
+                if row[0].kind == kind
+            ]
             if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, style, markersize=2 if kind == "train" else 3, alpha=0.5, label=label)
-                ax.plot(xs, _running_mean(list(ys), 100), "-", linewidth=1.5, label=f"{label}, mean of 100")
+                xs, ys = zip(*points, strict=False)
+                ax.plot(
+                    xs, ys, style, markersize=2 if kind == "train" else 3, alpha=0.5, label=label
+                )
+                ax.plot(
+                    xs,
+                    _running_mean(list(ys), 100),
+                    "-",
+                    linewidth=1.5,
+                    label=f"{label}, mean of 100",
+                )
         if target is not None:
-            ax.axhline(target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}")
+            ax.axhline(
+                target, color="gray", linestyle="--", linewidth=1, label=f"target {target:g}"
+            )
         ax.set_xlabel(x_label)
         ax.set_ylabel("episode return")
         ax.set_title(title)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left")
         fig.tight_layout()
         path = run_dir / name
         fig.savefig(path)

@@ -17,7 +17,11 @@ from actorq.launch.outputs import Summary
 
 
 def _fmt(value: float, digits: int = 1) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )
 
 
 def _bytes(n: float) -> str:
@@ -73,16 +77,24 @@ class ProgressView:
         table.add_row("wall time", f"{s.wall_seconds:.1f} s", "env steps", f"{s.env_steps:,}")
         target = self.settings.target_return
         table.add_row(
-            "eval return (last 100)", f"{_fmt(s.eval_mean_return)}"
-            + (f" / {target:g}" if target is not None else ""),
-            "train return (last 100)", _fmt(s.train_mean_return),
+            "eval return (last 100)",
+            f"{_fmt(s.eval_mean_return)}" + (f" / {target:g}" if target is not None else ""),
+            "train return (last 100)",
+            _fmt(s.train_mean_return),
         )
-        table.add_row("policy version", str(s.policy_version), "learner updates", f"{s.learner_updates:,}")
+        table.add_row(
+            "policy version", str(s.policy_version), "learner updates", f"{s.learner_updates:,}"
+        )
         table.add_row("updates/s", _fmt(s.updates_per_second, 0), "loss", _fmt(s.loss, 4))
         table.add_row(
-            "blob (one version)", _bytes(s.blob_bytes), "broadcast sent", _bytes(s.broadcast_bytes_total)
+            "blob (one version)",
+            _bytes(s.blob_bytes),
+            "broadcast sent",
+            _bytes(s.broadcast_bytes_total),
         )
-        table.add_row("bandwidth saved", _bytes(s.bytes_saved_total), "replay size", f"{s.replay_size:,}")
+        table.add_row(
+            "bandwidth saved", _bytes(s.bytes_saved_total), "replay size", f"{s.replay_size:,}"
+        )
         return table
 
     def close(self) -> None:
@@ -99,4 +111,6 @@ class ProgressView:
             f"{summary.policy_versions} versions, {_bytes(summary.bytes_saved_total)} saved by "
             f"{summary.precision} broadcasts"
         )
-        self.console.print(f"results in {run_dir}/ (summary.json, metrics.jsonl, episodes.csv, plots)")
+        self.console.print(
+            f"results in {run_dir}/ (summary.json, metrics.jsonl, episodes.csv, plots)"
+        )

@@ -75,8 +75,11 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
     logs = run_dir / "logs"
     q_port = find_free_port()
     quantizer = ServiceProcess(
-        "quantizer", "services.quantizer", _common_env(redis_url, prefix, q_port),
-        logs / "quantizer.log", q_port,
+        "quantizer",
+        "services.quantizer",
+        _common_env(redis_url, prefix, q_port),
+        logs / "quantizer.log",
+        q_port,
     )
     qaddr = quantizer.address
     l_port = find_free_port()
@@ -90,7 +93,9 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
         "ACTORQ_CHECKPOINT_DIR": str(run_dir / "checkpoints"),
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
     }
-    learner = ServiceProcess("learner", "services.learner", learner_env, logs / "learner.log", l_port)
+    learner = ServiceProcess(
+        "learner", "services.learner", learner_env, logs / "learner.log", l_port
+    )
     per_actor_budget = -(-settings.max_env_steps // settings.actors)  # ceil: a safety net
     actors = [
         _actor(settings, run_dir, redis_url, prefix, qaddr, i, per_actor_budget)
@@ -101,8 +106,14 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
 
 
 def _actor(
-    settings: RunSettings, run_dir: Path, redis_url: str, prefix: str, qaddr: str,
-    index: int, budget: int, evaluator: bool = False,
+    settings: RunSettings,
+    run_dir: Path,
+    redis_url: str,
+    prefix: str,
+    qaddr: str,
+    index: int,
+    budget: int,
+    evaluator: bool = False,
 ) -> ServiceProcess:
     port = find_free_port()
     name = "evaluator" if evaluator else f"actor-{index}"
@@ -126,7 +137,9 @@ class _StopFlag:
 
     def __init__(self) -> None:
         self.reason = ""
-        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._previous = {
+            s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def _handle(self, signum: int, _frame: object) -> None:
         self.reason = self.reason or f"interrupted ({signal.Signals(signum).name})"
@@ -138,6 +151,7 @@ class _StopFlag:
 
 def run(settings: RunSettings) -> int:
     """Run training to the target or budget; returns the process exit code."""
+    started = time.perf_counter()  # wall_seconds counts from here, start-up included
     env_info = describe_env(settings.env)  # unknown env: clear error before anything starts
     spec = MLPSpec(env_info.obs_dim, env_info.num_actions, settings.hidden)
     if settings.redis_url:
@@ -155,7 +169,7 @@ def run(settings: RunSettings) -> int:
             embedded = EmbeddedRedis(data_dir=run_dir / "redis", appendonly=True)
             embedded.start()
             redis_url = embedded.url
-        return _run_cluster(settings, spec, run_dir, redis_url, prefix, stop)
+        return _run_cluster(settings, spec, run_dir, redis_url, prefix, stop, started)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -171,7 +185,13 @@ def _resolved_config(settings: RunSettings, run_dir: Path, prefix: str) -> dict:
 
 
 def _run_cluster(
-    settings: RunSettings, spec: MLPSpec, run_dir: Path, redis_url: str, prefix: str, stop: _StopFlag
+    settings: RunSettings,
+    spec: MLPSpec,
+    run_dir: Path,
+    redis_url: str,
+    prefix: str,
+    stop: _StopFlag,
+    started: float,
 ) -> int:
     cluster = _plan(settings, run_dir, redis_url, prefix)
     view = ProgressView(settings, run_dir)
@@ -181,7 +201,13 @@ def _run_cluster(
         _start(cluster, view)
         client = redis.Redis.from_url(redis_url)
         monitor = RunMonitor(
-            client, RedisKeys(prefix), cluster.learner, cluster.quantizer, cluster.actors, cluster.evaluator
+            client,
+            RedisKeys(prefix),
+            cluster.learner,
+            cluster.quantizer,
+            cluster.actors,
+            cluster.evaluator,
+            started=started,
         )
         code = _watch(settings, cluster, monitor, view, run_dir, stop)
     except RuntimeError as exc:  # a service failed to start
@@ -189,7 +215,9 @@ def _run_cluster(
         code = EXIT_SERVICE_FAILED
     finally:
         view.message("stopping services ...")
-        stop_in_order([[*cluster.actors, cluster.evaluator], [cluster.learner], [cluster.quantizer]])
+        stop_in_order(
+            [[*cluster.actors, cluster.evaluator], [cluster.learner], [cluster.quantizer]]
+        )
         view.close()
     if monitor is not None:
         _write_outputs(settings, spec, run_dir, monitor, stop.reason, view)
@@ -202,22 +230,25 @@ def _run_cluster(
 
 
 def _start(cluster: _Cluster, view: ProgressView) -> None:
-    view.message("starting quantizer ...")
-    cluster.quantizer.start()
-    cluster.quantizer.wait_healthy(60)
-    view.message("starting learner ...")
-    cluster.learner.start()
-    cluster.learner.wait_healthy(120)
-    view.message(f"starting {len(cluster.actors)} actors and the evaluator ...")
-    for proc in [*cluster.actors, cluster.evaluator]:
+    """Start every service at once (each retries its peers), then wait for all to be healthy.
+
+    Starting in parallel hides the per-process import time; the learner retries its first
+    publication until the quantizer answers, and actors wait for that first version.
+    """
+    view.message(f"starting quantizer, learner, {len(cluster.actors)} actors and the evaluator ...")
+    for proc in cluster.all:
         proc.start()
-    for proc in [*cluster.actors, cluster.evaluator]:
-        proc.wait_healthy(120)
+    for proc in cluster.all:
+        proc.wait_healthy(180)
 
 
 def _watch(
-    settings: RunSettings, cluster: _Cluster, monitor: RunMonitor, view: ProgressView,
-    run_dir: Path, stop: _StopFlag,
+    settings: RunSettings,
+    cluster: _Cluster,
+    monitor: RunMonitor,
+    view: ProgressView,
+    run_dir: Path,
+    stop: _StopFlag,
 ) -> int:
     metrics_path = run_dir / "metrics.jsonl"
     while not stop.reason:
@@ -236,7 +267,8 @@ def _watch(
 def _failed_service(cluster: _Cluster) -> str | None:
     for proc in [cluster.quantizer, cluster.learner, cluster.evaluator]:
         if proc.exit_code() is not None:
-            return f"{proc.name} exited with code {proc.exit_code()}; see {proc.log_path}:\n{proc.tail()}"
+            code = proc.exit_code()
+            return f"{proc.name} exited with code {code}; see {proc.log_path}:\n{proc.tail()}"
     for proc in cluster.actors:
         code = proc.exit_code()
         if code not in (None, 0):  # 0 = the actor spent its env-step budget
@@ -264,7 +296,11 @@ def _stop_reason(settings: RunSettings, monitor: RunMonitor, sample: ProgressSam
 
 
 def _write_outputs(
-    settings: RunSettings, spec: MLPSpec, run_dir: Path, monitor: RunMonitor, reason: str,
+    settings: RunSettings,
+    spec: MLPSpec,
+    run_dir: Path,
+    monitor: RunMonitor,
+    reason: str,
     view: ProgressView,
 ) -> None:
     last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
@@ -298,5 +334,7 @@ def _write_outputs(
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)
-    write_plots(run_dir, monitor, f"{settings.env} DQN, {settings.precision} actors", settings.target_return)
+    write_plots(
+        run_dir, monitor, f"{settings.env} DQN, {settings.precision} actors", settings.target_return
+    )
     view.final(summary, run_dir)

@@ -63,7 +63,9 @@ class Learner:
             min_size_to_sample=dqn_config.learning_starts,
             error_buffer=max(4.0 * dqn_config.batch_size, 0.01 * settings.replay_capacity),
         )
-        self.checkpointer = Checkpointer(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        self.checkpointer = (
+            Checkpointer(settings.checkpoint_dir) if settings.checkpoint_dir else None
+        )
         self.rng = np.random.default_rng(settings.seed)
         self.counters = LearnerCounters()
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
@@ -78,8 +80,12 @@ class Learner:
                 self.counters.updates = int(state["updates"])
                 self.counters.sampled = int(state["sampled"])
                 self.publisher.version = max(self.publisher.version, int(state["version"]))
-                log.info("resumed from %s at update %d, version %d",
-                         self.checkpointer.path, self.counters.updates, int(state["version"]))
+                log.info(
+                    "resumed from %s at update %d, version %d",
+                    self.checkpointer.path,
+                    self.counters.updates,
+                    int(state["version"]),
+                )
         rebuilt = self.reader.rebuild()
         metrics.LEARNER_REPLAY_INSERTED.inc(rebuilt)
         log.info("replay mirror rebuilt from Redis: %d transitions", rebuilt)

@@ -43,7 +43,7 @@ class WeightsPublisher:
         spec: MLPSpec,
         precision: int,
         start_version: int,
-        latest_stored: "callable[[], int]",  # type: ignore[valid-type]
+        latest_stored: callable[[], int],  # type: ignore[valid-type]
     ) -> None:
         self._stub = ps_grpc.ParameterServerStub(make_channel(address))
         self._spec = spec
@@ -95,7 +95,9 @@ class WeightsPublisher:
         )
         started = time.perf_counter()
         try:
-            reply = self._stub.PublishWeights(weight_chunks(header, snapshot.weights), timeout=timeout)
+            reply = self._stub.PublishWeights(
+                weight_chunks(header, snapshot.weights), timeout=timeout
+            )
         except grpc.RpcError as exc:
             return self._on_error(exc, version)
         self.version = reply.version
@@ -110,7 +112,9 @@ class WeightsPublisher:
         if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
             # Someone stored a newer version (e.g. before our restart): skip past it.
             self.version = max(self.version, self._latest_stored())
-            log.warning("version %d refused (%s); continuing after %d", version, exc.details(), self.version)
+            log.warning(
+                "version %d refused (%s); continuing after %d", version, exc.details(), self.version
+            )
         else:
             log.warning("publishing version %d failed: %s %s", version, exc.code(), exc.details())
         return False

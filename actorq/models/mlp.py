@@ -6,6 +6,7 @@ actor can rebuild the network from a blob alone, without any fp32 weights.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,9 @@ class MLPSpec:
         """Expected parameter shapes, keyed by state-dict name, in layer order."""
         shapes: dict[str, tuple[int, ...]] = {}
         for name, (fan_in, fan_out) in zip(
-            linear_layer_names(len(self.widths) - 1), zip(self.widths, self.widths[1:])
+            linear_layer_names(len(self.widths) - 1),
+            zip(self.widths, self.widths[1:], strict=False),
+            strict=True,
         ):
             shapes[f"{name}.weight"] = (fan_out, fan_in)
             shapes[f"{name}.bias"] = (fan_out,)
@@ -72,7 +75,7 @@ class QNetwork(nn.Module):
         self.spec = spec
         modules: list[nn.Module] = []
         widths = spec.widths
-        for i, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+        for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
             modules.append(nn.Linear(fan_in, fan_out))
             if i < len(widths) - 2:
                 modules.append(nn.ReLU())

@@ -91,9 +91,7 @@ def assemble(chunks: Iterable[ps_pb2.PublishChunk], max_bytes: int) -> Assembled
             raise PublishError("only one header is allowed, at the start of the stream")
         tensor = chunk.tensor
         if tensor.name not in expected:
-            raise PublishError(
-                f"unexpected tensor {tensor.name!r}; spec has {', '.join(expected)}"
-            )
+            raise PublishError(f"unexpected tensor {tensor.name!r}; spec has {', '.join(expected)}")
         if tensor.name not in buffers:
             buffers[tensor.name] = _TensorBuffer(tensor.name, expected[tensor.name])
         buffers[tensor.name].add(tensor)

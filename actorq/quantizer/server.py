@@ -194,7 +194,7 @@ class ParameterServerServicer(ps_grpc.ParameterServerServicer):
     def __init__(self, server: ParameterServer) -> None:
         self._server = server
 
-    def PublishWeights(  # noqa: N802 - gRPC method name
+    def PublishWeights(
         self, request_iterator: Iterator[ps_pb2.PublishChunk], context: grpc.ServicerContext
     ) -> ps_pb2.PublishReply:
         with abort_on_error(context):
@@ -207,13 +207,13 @@ class ParameterServerServicer(ps_grpc.ParameterServerServicer):
             )
         raise AssertionError("unreachable")  # abort_on_error always raises on error
 
-    def WatchPolicy(  # noqa: N802 - gRPC method name
+    def WatchPolicy(
         self, request: ps_pb2.WatchPolicyRequest, context: grpc.ServicerContext
     ) -> Iterator[ps_pb2.PolicyAnnouncement]:
         for announcement in self._server.watch(request.known_version, context.is_active):
             yield _announcement_message(announcement)
 
-    def GetPolicy(  # noqa: N802 - gRPC method name
+    def GetPolicy(
         self, request: ps_pb2.GetPolicyRequest, context: grpc.ServicerContext
     ) -> Iterator[ps_pb2.BlobChunk]:
         with abort_on_error(context):

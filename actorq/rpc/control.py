@@ -24,13 +24,11 @@ class StatusSnapshot:
 class ControlServicer(control_pb2_grpc.ControlServicer):
     """Converts messages and delegates to the service's own status and stop callables."""
 
-    def __init__(
-        self, status: Callable[[], StatusSnapshot], stop: Callable[[str], None]
-    ) -> None:
+    def __init__(self, status: Callable[[], StatusSnapshot], stop: Callable[[str], None]) -> None:
         self._status = status
         self._stop = stop
 
-    def GetStatus(  # noqa: N802 - gRPC method name
+    def GetStatus(
         self, request: control_pb2.GetStatusRequest, context: grpc.ServicerContext
     ) -> control_pb2.ServiceStatus:
         snap = self._status()
@@ -42,7 +40,7 @@ class ControlServicer(control_pb2_grpc.ControlServicer):
             counters={k: float(v) for k, v in snap.counters.items()},
         )
 
-    def Stop(  # noqa: N802 - gRPC method name
+    def Stop(
         self, request: control_pb2.StopRequest, context: grpc.ServicerContext
     ) -> control_pb2.StopReply:
         self._stop(request.reason or "stop requested over gRPC")

@@ -21,7 +21,7 @@ class PortInUseError(RuntimeError):
     """A gRPC or metrics port could not be bound."""
 
 
-class FailedPrecondition(RuntimeError):  # noqa: N818 - mirrors the gRPC status name
+class FailedPrecondition(RuntimeError):
     """The request is well formed but conflicts with stored state (e.g. version rollback)."""
 
 

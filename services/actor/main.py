@@ -46,8 +46,12 @@ def serve(settings: ActorSettings) -> int:
     server.start()
     log.info(
         "%s up: env %s x%d, control port %d, metrics %s, quantizer %s",
-        settings.instance_id, settings.env_id, settings.envs_per_actor, server.port,
-        metrics_port, settings.quantizer_addr,
+        settings.instance_id,
+        settings.env_id,
+        settings.envs_per_actor,
+        server.port,
+        metrics_port,
+        settings.quantizer_addr,
     )
     thread = threading.Thread(target=_run_worker, args=(worker, runtime), name="env-loop")
     thread.start()
@@ -69,7 +73,9 @@ def _run_worker(worker: Actor | Evaluator, runtime: ServiceRuntime) -> None:
     runtime.request_stop("env step budget reached")
 
 
-def _status(worker: Actor | Evaluator, follower: PolicyFollower, runtime: ServiceRuntime) -> StatusSnapshot:
+def _status(
+    worker: Actor | Evaluator, follower: PolicyFollower, runtime: ServiceRuntime
+) -> StatusSnapshot:
     current = follower.current
     counters = {
         "env_steps": worker.env_steps,

@@ -58,7 +58,7 @@ class _Rate:
         return (count - before) / (now - then) if now > then else 0.0
 
 
-def _status_fn(learner: Learner, runtime: ServiceRuntime):  # noqa: ANN202
+def _status_fn(learner: Learner, runtime: ServiceRuntime):
     rate = _Rate()
 
     def status() -> StatusSnapshot:
@@ -100,7 +100,11 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     learner.restore()
     log.info(
         "learner up: env %s, hidden %s, precision %s, control port %d, metrics %s",
-        settings.env_id, settings.hidden, settings.precision, server.port, metrics_port,
+        settings.env_id,
+        settings.hidden,
+        settings.precision,
+        server.port,
+        metrics_port,
     )
     learner.start()
     trainer = threading.Thread(target=_train, args=(learner, runtime), name="train")
@@ -109,7 +113,11 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     trainer.join()
     learner.finish()
     server.stop(grace=1.0)
-    log.info("learner stopped after %d updates, version %d", learner.counters.updates, learner.publisher.version)
+    log.info(
+        "learner stopped after %d updates, version %d",
+        learner.counters.updates,
+        learner.publisher.version,
+    )
     return 0
 
 

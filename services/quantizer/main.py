@@ -51,7 +51,11 @@ def serve(settings: QuantizerSettings) -> int:
     server.start()
     log.info(
         "quantizer serving on %s:%d (metrics %s), redis %s, latest version %d",
-        settings.bind_host, server.port, metrics_port, settings.redis_url, store.latest_version(),
+        settings.bind_host,
+        server.port,
+        metrics_port,
+        settings.redis_url,
+        store.latest_version(),
     )
     runtime.wait()
     params.close()

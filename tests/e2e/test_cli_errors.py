@@ -12,10 +12,16 @@ import pytest
 from actorq.redis_server import find_free_port
 
 
-def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def _run(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -30,7 +36,7 @@ def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60
         (["--max-env-steps", "-5"], "--max-env-steps"),
     ],
 )
-def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expected: str) -> None:  # noqa: ANN001
+def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expected: str) -> None:
     result = _run(["-m", "actorq", "run", "--run-dir", str(tmp_path / "run"), *flags])
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
@@ -38,7 +44,7 @@ def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expec
     assert not (tmp_path / "run" / "logs").exists()  # nothing was started
 
 
-def test_unreachable_redis_names_the_url(tmp_path) -> None:  # noqa: ANN001
+def test_unreachable_redis_names_the_url(tmp_path) -> None:
     url = f"redis://127.0.0.1:{find_free_port()}/0"
     result = _run(["-m", "actorq", "run", "--redis-url", url, "--run-dir", str(tmp_path / "r")])
     assert result.returncode == 2
@@ -52,7 +58,11 @@ def test_service_on_a_taken_port_exits_2(redis_url: str) -> None:
         port = taken.getsockname()[1]
         result = _run(
             ["-m", "services.quantizer"],
-            env={"ACTORQ_REDIS_URL": redis_url, "ACTORQ_GRPC_PORT": str(port), "ACTORQ_METRICS_PORT": "-1"},
+            env={
+                "ACTORQ_REDIS_URL": redis_url,
+                "ACTORQ_GRPC_PORT": str(port),
+                "ACTORQ_METRICS_PORT": "-1",
+            },
         )
     assert result.returncode == 2
     assert f"127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr

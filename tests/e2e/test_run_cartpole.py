@@ -30,19 +30,37 @@ def _processes_with(marker: str) -> list[int]:
     return pids
 
 
-def _actorq(args: list[str], **kwargs) -> subprocess.Popen:  # noqa: ANN003
+def _actorq(args: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "actorq", "run", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL, **kwargs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        **kwargs,
     )
 
 
 def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     run_dir = tmp_path / "cartpole-int8"
-    proc = _actorq([
-        "--env", "CartPole-v1", "--actors", "2", "--precision", "int8",
-        "--target-return", "195", "--max-env-steps", "400000", "--run-dir", str(run_dir), "--seed", "1",
-    ])
+    proc = _actorq(
+        [
+            "--env",
+            "CartPole-v1",
+            "--actors",
+            "2",
+            "--precision",
+            "int8",
+            "--target-return",
+            "195",
+            "--max-env-steps",
+            "400000",
+            "--run-dir",
+            str(run_dir),
+            "--seed",
+            "1",
+        ]
+    )
     output, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, output[-3000:]
 
@@ -57,8 +75,15 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     assert 0 < summary["blob_bytes"] <= 0.3 * summary["fp32_equivalent_bytes"]
     assert summary["bytes_saved_total"] > summary["broadcast_bytes_total"]
 
-    for name in ("config.json", "metrics.jsonl", "episodes.csv", "return_vs_env_steps.png",
-                 "return_vs_wall_time.png", "checkpoints/checkpoint.pt", "checkpoints/checkpoint.json"):
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "episodes.csv",
+        "return_vs_env_steps.png",
+        "return_vs_wall_time.png",
+        "checkpoints/checkpoint.pt",
+        "checkpoints/checkpoint.json",
+    ):
         assert (run_dir / name).stat().st_size > 0, name
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] >= rows[0]["env_steps"] and len(rows) > 2

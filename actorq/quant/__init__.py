@@ -1,0 +1,58 @@
+"""Quantization for actors: int8/fp16 codecs, the policy blob format, inference modules.
+
+Weight path: learner fp32 weights -> `encode_policy` (quantizer) -> envelope bytes ->
+`decode_policy` (actor, verifies sha256 and shapes) -> `build_policy_module` -> forward.
+"""
+
+from actorq.quant.blob import (
+    EncodedPolicy,
+    decode_policy,
+    encode_policy,
+    policy_to_weights,
+    spec_from_proto,
+    spec_to_proto,
+    validate_policy,
+)
+from actorq.quant.codec import (
+    dequantize_fp16,
+    dequantize_int8,
+    quantize_fp16,
+    quantize_int8_per_channel,
+    relative_error,
+)
+from actorq.quant.errors import BlobError, WeightsError
+from actorq.quant.int8 import Int8Linear, make_int8_linear
+from actorq.quant.policy_module import (
+    PolicyModule,
+    build_policy_module,
+    quantized_policy_from_weights,
+)
+from actorq.quant.precision import PRECISION_NAMES, parse_precision, precision_name
+from actorq.quant.weights import validate_weights, weights_from_module
+
+__all__ = [
+    "PRECISION_NAMES",
+    "BlobError",
+    "EncodedPolicy",
+    "Int8Linear",
+    "PolicyModule",
+    "WeightsError",
+    "build_policy_module",
+    "decode_policy",
+    "dequantize_fp16",
+    "dequantize_int8",
+    "encode_policy",
+    "make_int8_linear",
+    "parse_precision",
+    "policy_to_weights",
+    "precision_name",
+    "quantize_fp16",
+    "quantize_int8_per_channel",
+    "quantized_policy_from_weights",
+    "relative_error",
+    "spec_from_proto",
+    "spec_to_proto",
+    "validate_policy",
+    "validate_weights",
+    "weights_from_module",
+]

@@ -1,0 +1,106 @@
+"""int8 Linear layers for actor inference, built straight from a blob's int8 codes.
+
+`make_int8_linear` is the project's one doorway into `torch.ao` quantized kernels
+(deprecated upstream, so their warnings are silenced here and nowhere else). Inputs stay
+float32: each call quantizes the activations per tensor on the fly (dynamic
+quantization), runs an int8 GEMM against the pre-packed weights and returns float32.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+_REDUCE_RANGE_ENGINES = frozenset({"fbgemm", "x86"})
+"""Engines whose int8 GEMM can saturate 16-bit sums without VNNI; they need 7-bit inputs."""
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (scales * q).T + bias [then ReLU], with x float32 and q pre-packed int8.
+
+    Calls the quantized op directly rather than through torch.ao's module, which saves
+    attribute lookups on the actor's hot path and lets hidden layers fuse the ReLU.
+    """
+
+    def __init__(
+        self, packed: torch.ScriptObject, in_features: int, out_features: int, relu: bool
+    ) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.relu = relu
+        self.engine = torch.backends.quantized.engine
+        # Packed weights are laid out for the engine current at build time.
+        self.reduce_range = self.engine in _REDUCE_RANGE_ENGINES
+        self._packed = packed
+        ops = torch.ops.quantized
+        self._op: Callable[..., torch.Tensor] = (
+            ops.linear_relu_dynamic if relu else ops.linear_dynamic
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._op(x, self._packed, self.reduce_range)
+
+    def unpack(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(int8 codes, float64 per-channel scales, bias) held by the packed weights."""
+        qweight, bias = torch.ops.quantized.linear_unpack(self._packed)
+        return qweight.int_repr(), qweight.q_per_channel_scales(), bias
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"relu={self.relu}, engine={self.engine}, reduce_range={self.reduce_range}"
+        )
+
+
+def make_int8_linear(
+    q_weight: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    relu: bool = False,
+) -> Int8Linear:
+    """Int8 Linear from symmetric per-output-channel codes: W = scales[:, None] * q_weight.
+
+    `q_weight` is int8 [out, in]; `scales` has `out` positive finite entries; `bias` is
+    float32 [out] or None. `relu=True` fuses a ReLU into the output (hidden layers).
+    """
+    _check_int8_args(q_weight, scales, bias)
+    out_features, in_features = q_weight.shape
+    with warnings.catch_warnings():
+        # torch.ao marks quantized tensor creation as deprecated; this is the one place
+        # the project uses it, so the warning is silenced here only.
+        warnings.filterwarnings("ignore", message=".*deprecat")
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
+        qweight = torch._make_per_channel_quantized_tensor(
+            q_weight.contiguous(),
+            scales.to(torch.float64),
+            torch.zeros(out_features, dtype=torch.int64),
+            0,
+        )
+        reference = DynamicQuantizedLinear(
+            in_features, out_features, bias_=bias is not None, dtype=torch.qint8
+        )
+        reference.set_weight_bias(qweight, None if bias is None else bias.to(torch.float32))
+    packed = reference._packed_params._packed_params
+    return Int8Linear(packed, in_features, out_features, relu)
+
+
+def _check_int8_args(
+    q_weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> None:
+    if q_weight.dtype != torch.int8 or q_weight.dim() != 2:
+        raise ValueError(
+            f"q_weight must be a 2-D int8 tensor, got {q_weight.dtype} {tuple(q_weight.shape)}"
+        )
+    out_features = q_weight.shape[0]
+    if scales.shape != (out_features,):
+        raise ValueError(f"need {out_features} scales, got shape {tuple(scales.shape)}")
+    if not bool(torch.isfinite(scales).all() and (scales > 0).all()):
+        raise ValueError("scales must be finite and > 0")
+    if bias is not None and bias.shape != (out_features,):
+        raise ValueError(f"bias must have shape ({out_features},), got {tuple(bias.shape)}")
