@@ -55,7 +55,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "--target-return",
         type=_target,
         default=d.target_return,
-        help="stop when the evaluator's mean of its last 100 episodes reaches this ('none' = never)",
+        help="stop when the evaluator's mean of its last 100 episodes reaches it ('none' = never)",
     )
     p.add_argument(
         "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"

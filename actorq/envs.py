@@ -40,15 +40,23 @@ def describe_env(env_id: str) -> EnvInfo:
         env.close()
 
 
-def make_vector_env(env_id: str, num_envs: int, seed: int) -> VectorEnv:
-    """A seeded SyncVectorEnv of `num_envs` copies with SAME_STEP autoreset.
+def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) -> VectorEnv:
+    """A seeded vector env of `num_envs` copies.
 
-    Sub-env i is seeded with seed + i (and its action space too), so the first
-    `reset()` without a seed continues from these seeded generators.
+    Where gymnasium ships a natively vectorized version (e.g. CartPoleVectorEnv: numpy over
+    all envs at once, ~5x faster than a Python loop at 32 envs) and `native` is set, that
+    one is used; it autoresets NEXT_STEP (see actorq.actor.stepper). Otherwise a
+    SyncVectorEnv with SAME_STEP autoreset whose sub-env i is seeded with seed + i (and its
+    action space too), so the first `reset()` without a seed continues from these seeds.
     """
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     describe_env(env_id)  # fail early with a clear message rather than deep in gymnasium
+    if native and gym.spec(env_id).vector_entry_point is not None:
+        vec = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+        vec.reset(seed=seed)
+        vec.action_space.seed(seed)
+        return vec
     envs = SyncVectorEnv(
         [lambda: gym.make(env_id) for _ in range(num_envs)],
         autoreset_mode=AutoresetMode.SAME_STEP,

@@ -136,6 +136,9 @@ def parse_args() -> argparse.Namespace:
         default=d.updates_per_insert,
         help="learner updates per env transition (samples per insert / batch)",
     )
+    p.add_argument("--huber-delta", type=float, default=d.huber_delta)
+    p.add_argument("--adam-eps", type=float, default=d.adam_eps)
+    p.add_argument("--max-grad-norm", type=float, default=d.max_grad_norm)
     p.add_argument("--target-update", type=int, default=d.target_update_every)
     p.add_argument("--tau", type=float, default=d.tau)
     p.add_argument("--learning-starts", type=int, default=d.learning_starts)
@@ -168,6 +171,9 @@ def build(args: argparse.Namespace) -> tuple[DQNLearner, DQNConfig]:
         batch_size=args.batch,
         target_update_every=args.target_update,
         tau=args.tau,
+        huber_delta=args.huber_delta,
+        adam_eps=args.adam_eps,
+        max_grad_norm=args.max_grad_norm,
         learning_starts=args.learning_starts,
         buffer_size=args.buffer,
         samples_per_insert=args.updates_per_step * args.batch,
@@ -275,6 +281,7 @@ def summarize(
         "after_frac_solved": float(np.mean([m >= args.solve_at for m in after])) if after else None,
         "after_min_mean": min(after) if after else None,
         "after_last100_mean": float(np.mean(last100)) if last100 else None,
+        "evals": [[u, s, round(w, 2), m] for (u, s, w, m) in stats.evals],
     }
 
 

@@ -19,8 +19,8 @@ import torch
 from actorq import metrics
 from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
+from actorq.actor.stepper import VectorStepper
 from actorq.config import ActorSettings
-from actorq.envs import next_obs_for_replay
 from actorq.exploration import apex_epsilon, epsilon_greedy
 from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter, SampleToInsertRatio, TransitionBatch
@@ -51,7 +51,8 @@ class _PendingTransitions:
         self.count += len(action)
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        obs, action, reward, next_obs, done = (np.concatenate(x) for x in zip(*self.parts, strict=True))
+        columns = (np.concatenate(x) for x in zip(*self.parts, strict=True))
+        obs, action, reward, next_obs, done = columns
         return TransitionBatch(
             obs=obs.astype(np.float32, copy=False),
             action=action.astype(np.int64, copy=False),
@@ -109,6 +110,7 @@ class Actor:
             maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1),
         )
         self.episodes = EpisodeTracker(env.num_envs, self.instance, "train")
+        self.stepper = VectorStepper(env)
         self.pending = _PendingTransitions()
         self.env_steps = 0
         self.inserted = 0
@@ -121,7 +123,7 @@ class Actor:
         # Every transition carries a real policy version, so wait for the first one.
         while not self.stop.is_set() and not self.follower.wait_for_policy(0.1):
             pass
-        obs, _ = self.env.reset(seed=self.s.seed + 1000 * self.s.actor_index)
+        obs = self.stepper.reset(seed=self.s.seed + 1000 * self.s.actor_index)
         log.info(
             "%s acting with epsilon %.4f on %d envs", self.instance, self.epsilon, self.env.num_envs
         )
@@ -141,16 +143,18 @@ class Actor:
         return epsilon_greedy(q, self.epsilon, self.rng), policy.version, policy.precision
 
     def _step(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs, dtype=np.float32)
         actions, version, precision = self._actions(obs)
-        next_obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        stored_next = next_obs_for_replay(next_obs, infos, terminated, truncated)
-        self.pending.add(obs, np.asarray(actions), rewards, stored_next, terminated)
+        step = self.stepper.step(actions)
+        v = step.valid
+        self.pending.add(
+            obs[v], np.asarray(actions)[v], step.rewards[v], step.next_obs[v], step.terminated[v]
+        )
         self.version_of_pending, self.precision = version, precision
-        self.env_steps += len(actions)
-        metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(len(actions))
-        self._track_episodes(rewards, terminated | truncated, version)
-        return next_obs
+        steps = int(v.sum())
+        self.env_steps += steps
+        metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(steps)
+        self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version)
+        return step.obs
 
     def _track_episodes(self, rewards: np.ndarray, ended: np.ndarray, version: int) -> None:
         before = self.episodes.count
@@ -216,6 +220,7 @@ class Evaluator:
         self.client, self.keys, self.stop = client, keys, stop
         self.instance = settings.instance_id
         self.episodes = EpisodeTracker(env.num_envs, self.instance, "eval")
+        self.stepper = VectorStepper(env)
         self.env_steps = 0
         self.rounds = 0
         self.evaluated_version = 0
@@ -230,20 +235,20 @@ class Evaluator:
             self._flush()
 
     def _round(self, policy: LoadedPolicy) -> None:
-        obs, _ = self.env.reset(seed=self.s.seed + 100_003 * (self.rounds + 1))
+        obs = self.stepper.reset(seed=self.s.seed + 100_003 * (self.rounds + 1))
         active = np.ones(self.env.num_envs, dtype=bool)
         self.episodes.returns[:] = 0.0
         self.episodes.lengths[:] = 0
         while active.any() and not self.stop.is_set():
-            q = policy_q_values(policy, np.asarray(obs, dtype=np.float32), self.instance)
-            obs, rewards, terminated, truncated, _ = self.env.step(q.argmax(axis=1))
+            q = policy_q_values(policy, obs, self.instance)
+            step = self.stepper.step(q.argmax(axis=1))
+            obs = step.obs
             steps = int(active.sum())
             self.env_steps += steps
             metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(steps)
-            ended = (terminated | truncated) & active
-            self.episodes.step(
-                np.where(active, rewards, 0.0), ended, policy.version, self.env_steps
-            )
+            ended = step.ended & active
+            rewards = np.where(active, step.rewards, 0.0)
+            self.episodes.step(rewards, ended, policy.version, self.env_steps)
             active &= ~ended
         self.rounds += 1
         self.evaluated_version = policy.version

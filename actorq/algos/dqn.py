@@ -168,13 +168,13 @@ class DQNLearner:
     def sync_target(self) -> None:
         """Move the target net towards the online net by `tau` (a copy when tau == 1)."""
         tau = self.config.tau
-        if tau == 1.0:
-            self.target.load_state_dict(self.online.state_dict())
-            return
         for p_target, p_online in zip(
             self.target.parameters(), self.online.parameters(), strict=True
         ):
-            p_target.lerp_(p_online, tau)
+            if tau == 1.0:
+                p_target.copy_(p_online)  # exact, unlike lerp_ with weight 1
+            else:
+                p_target.lerp_(p_online, tau)
 
     @torch.no_grad()
     def q_values(self, obs: np.ndarray) -> np.ndarray:

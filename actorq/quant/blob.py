@@ -12,6 +12,7 @@ import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -101,7 +102,7 @@ def encode_policy(
     policy = policy_pb2.Policy(
         version=version,
         learner_step=learner_step,
-        precision=precision,
+        precision=cast(policy_pb2.Precision, precision),
         spec=spec_to_proto(spec),
         tensors=tensors,
         created_unix_ms=int(time.time() * 1000) if created_unix_ms is None else created_unix_ms,

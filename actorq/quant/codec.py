@@ -47,7 +47,7 @@ def quantize_int8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # All-zero rows (or ones whose scale underflows float32) get a harmless scale of 1.
     scales[~(scales > 0)] = ZERO_ROW_SCALE
     # Divide by the float32 scale actually stored, in float64, so rounding is exact.
-    q = np.floor(w64 / scales.astype(np.float64)[:, None])
+    q = np.rint(w64 / scales.astype(np.float64)[:, None])
     np.clip(q, -INT8_QMAX, INT8_QMAX, out=q)
     return q.astype(np.int8), scales
 

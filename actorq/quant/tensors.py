@@ -7,6 +7,7 @@ point per output channel (axis 0); float tensors carry neither.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def _tensor(name: str, value: np.ndarray, dtype: int) -> policy_pb2.Tensor:
     return policy_pb2.Tensor(
         name=name,
         shape=list(value.shape),
-        dtype=dtype,
+        dtype=cast(policy_pb2.DType, dtype),
         data=np.ascontiguousarray(value).tobytes(),
     )
 

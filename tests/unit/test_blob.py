@@ -26,7 +26,7 @@ from actorq.v1 import policy_pb2
 SPEC = MLPSpec(obs_dim=6, num_outputs=3, hidden=(16, 8))
 FP32, FP16, INT8 = policy_pb2.PRECISION_FP32, policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_INT8
 ALL_PRECISIONS = [FP32, FP16, INT8]
-WEIGHT_DTYPE = {
+WEIGHT_DTYPE: dict[int, int] = {
     FP32: policy_pb2.DTYPE_FLOAT32,
     FP16: policy_pb2.DTYPE_FLOAT16,
     INT8: policy_pb2.DTYPE_INT8,
@@ -108,7 +108,8 @@ def test_round_trip_values_within_precision_bounds(precision: int) -> None:
             assert (err <= scales[:, None] / 2 * (1 + 1e-5)).all()
         worst = max(worst, float(np.linalg.norm(got - original) / np.linalg.norm(original)))
     assert encoded.quantization_error == pytest.approx(worst, rel=1e-4, abs=1e-12)
-    expected_range = {FP32: (0.0, 0.0), FP16: (1e-6, 1e-3), INT8: (1e-4, 0.01)}[precision]
+    ranges: dict[int, tuple[float, float]] = {FP32: (0, 0), FP16: (1e-6, 1e-3), INT8: (1e-4, 0.01)}
+    expected_range = ranges[precision]
     assert expected_range[0] <= encoded.quantization_error <= expected_range[1]
 
 
@@ -270,11 +271,11 @@ def _bias_as_int8(p: policy_pb2.Policy) -> None:
 
 
 def _unknown_dtype(p: policy_pb2.Policy) -> None:
-    tensor(p, "layers.0.weight").dtype = 9
+    tensor(p, "layers.0.weight").dtype = 9  # type: ignore[assignment]
 
 
 def _unknown_precision(p: policy_pb2.Policy) -> None:
-    p.precision = 9
+    p.precision = 9  # type: ignore[assignment]
 
 
 def _claims_fp16(p: policy_pb2.Policy) -> None:

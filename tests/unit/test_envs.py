@@ -40,7 +40,7 @@ def test_non_flat_observations_rejected() -> None:
 
 
 def test_vector_env_uses_same_step_autoreset() -> None:
-    envs = make_vector_env("CartPole-v1", 3, seed=0)
+    envs = make_vector_env("CartPole-v1", 3, seed=0, native=False)
     try:
         assert envs.num_envs == 3
         assert envs.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
@@ -49,7 +49,7 @@ def test_vector_env_uses_same_step_autoreset() -> None:
 
 
 def test_sub_env_i_is_seeded_with_seed_plus_i() -> None:
-    envs = make_vector_env("CartPole-v1", 2, seed=5)
+    envs = make_vector_env("CartPole-v1", 2, seed=5, native=False)
     obs, _ = envs.reset()
     envs.close()
     for i in range(2):
@@ -66,7 +66,7 @@ def test_num_envs_must_be_positive() -> None:
 
 
 def test_final_obs_substituted_for_ended_episodes() -> None:
-    envs = make_vector_env("CartPole-v1", 4, seed=0)
+    envs = make_vector_env("CartPole-v1", 4, seed=0, native=False)
     envs.reset()
     ended = np.zeros(4, bool)
     # Always pushing right topples the pole within a few dozen steps.

@@ -57,6 +57,7 @@ def test_int8_linear_holds_the_blob_codes_and_scales() -> None:
     codes, packed_scales, bias = layer.unpack()
     np.testing.assert_array_equal(codes.numpy(), q)
     np.testing.assert_array_equal(packed_scales.numpy(), scales.astype(np.float64))
+    assert bias is not None
     np.testing.assert_array_equal(bias.numpy(), b)
 
 
