@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from actorq.actor.stepper import VectorStepper
 from actorq.algos.dqn import DQNConfig, DQNLearner
-from actorq.envs import describe_env, make_vector_env, next_obs_for_replay
+from actorq.envs import describe_env, make_vector_env
 from actorq.exploration import LinearSchedule, apex_epsilon, epsilon_greedy
 from actorq.models.mlp import MLPSpec, QNetwork
 
@@ -56,6 +57,8 @@ class Replay:
         next_obs: np.ndarray,
         done: np.ndarray,
     ) -> None:
+        if len(action) == 0:
+            return
         idx = (self._pos + np.arange(len(action))) % self.capacity
         self.obs[idx], self.action[idx], self.reward[idx] = obs, action, reward
         self.next_obs[idx], self.done[idx] = next_obs, done
@@ -102,7 +105,7 @@ class GreedyEvaluator:
         running = np.ones(self.episodes, dtype=bool)
         while running.any():
             with torch.no_grad():
-                actions = net(torch.from_numpy(obs)).argmax(1).numpy()
+                actions = net(torch.as_tensor(obs, dtype=torch.float32)).argmax(1).numpy()
             obs, reward, term, trunc, _ = self.envs.step(actions)
             returns += reward * running
             running &= ~(term | trunc)
@@ -215,49 +218,63 @@ def evaluate(
         )
 
 
+class Acting:
+    """The actor side: vector env + epsilon-greedy on a (possibly stale) copy of the net."""
+
+    def __init__(self, args: argparse.Namespace, learner: DQNLearner) -> None:
+        # Native vectorized env + VectorStepper: the same stepping path as the actors.
+        self.stepper = VectorStepper(make_vector_env(args.env, args.envs, args.seed))
+        self.obs = self.stepper.reset()
+        self.epsilon = make_epsilon(args.eps, args.envs)
+        self.rng = np.random.default_rng(args.seed)
+        self.net = learner.online
+        if args.publish_every > 0:  # a stale copy, as actors hold between policy versions
+            self.net = QNetwork(learner.spec)
+            self.net.load_state_dict(learner.online.state_dict())
+        self.ep_return = np.zeros(args.envs)
+
+    def step(self, replay: Replay, stats: Stats) -> int:
+        """One vector step; stores the real transitions and returns how many there were."""
+        with torch.no_grad():
+            q = self.net(torch.from_numpy(self.obs)).numpy()
+        actions = epsilon_greedy(q, self.epsilon(stats.env_steps), self.rng)
+        out = self.stepper.step(actions)
+        v = out.valid
+        replay.add(self.obs[v], actions[v], out.rewards[v], out.next_obs[v], out.terminated[v])
+        self.obs = out.obs
+        self.ep_return += out.rewards * v
+        for i in np.flatnonzero(out.ended):
+            stats.train_episodes.append(float(self.ep_return[i]))
+            self.ep_return[i] = 0.0
+        stats.env_steps += int(v.sum())
+        return int(v.sum())
+
+
 def run(args: argparse.Namespace) -> dict[str, object]:
     torch.set_num_threads(1)
     learner, config = build(args)
-    envs = make_vector_env(args.env, args.envs, args.seed)
+    acting = Acting(args, learner)
     evaluator = GreedyEvaluator(args.env, args.eval_episodes, args.seed + 10_000)
     replay = Replay(config.buffer_size, learner.spec.obs_dim, args.seed)
-    epsilon = make_epsilon(args.eps, args.envs)
-    actor_net = learner.online
-    if args.publish_every > 0:  # a stale copy, as actors hold between policy versions
-        actor_net = QNetwork(learner.spec)
-        actor_net.load_state_dict(learner.online.state_dict())
-    rng = np.random.default_rng(args.seed)
     stats = Stats()
-    ep_return = np.zeros(args.envs)
     credit = 0.0
-    obs, _ = envs.reset()
     start = (time.perf_counter(), time.process_time())
-    done_after = None
+    stop_at_update = None
     while stats.env_steps < args.max_steps:
-        with torch.no_grad():
-            q = actor_net(torch.from_numpy(obs)).numpy()
-        actions = epsilon_greedy(q, epsilon(stats.env_steps), rng)
-        next_obs, reward, term, trunc, infos = envs.step(actions)
-        replay.add(obs, actions, reward, next_obs_for_replay(next_obs, infos, term, trunc), term)
-        obs = next_obs
-        stats.env_steps += args.envs
-        ep_return += reward
-        for i in np.flatnonzero(term | trunc):
-            stats.train_episodes.append(float(ep_return[i]))
-            ep_return[i] = 0.0
+        inserted = acting.step(replay, stats)
         if replay.size < config.learning_starts:
             continue
-        credit += args.envs * args.updates_per_step
+        credit += inserted * args.updates_per_step
         while credit >= 1.0:
             credit -= 1.0
             learner.update(replay.sample(config.batch_size))
             if args.publish_every > 0 and learner.num_updates % args.publish_every == 0:
-                actor_net.load_state_dict(learner.online.state_dict())
+                acting.net.load_state_dict(learner.online.state_dict())
             if learner.num_updates % args.eval_every == 0:
                 evaluate(args, learner, evaluator, stats, start)
-                if stats.solved is not None and done_after is None:
-                    done_after = learner.num_updates + args.after_solve
-        if done_after is not None and learner.num_updates >= done_after:
+                if stats.solved is not None and stop_at_update is None:
+                    stop_at_update = learner.num_updates + args.after_solve
+        if stop_at_update is not None and learner.num_updates >= stop_at_update:
             break
         if time.perf_counter() - start[0] > args.max_seconds:
             break

@@ -69,6 +69,23 @@ class _PendingTransitions:
         self.count = 0
 
 
+def env_epsilons(settings: ActorSettings) -> np.ndarray:
+    """Ape-X exploration spread over every env of every actor, not just over actors.
+
+    Env j of actor i is explorer number i * M + j of N * M, so a pool of 2 actors x 8 envs
+    covers the same range of epsilons (base .. base ** (1 + alpha)) as 16 actors would.
+    """
+    m = settings.envs_per_actor
+    total = settings.num_actors * m
+    first = settings.actor_index * m
+    return np.array(
+        [
+            apex_epsilon(first + j, total, settings.epsilon_base, settings.epsilon_alpha)
+            for j in range(m)
+        ]
+    )
+
+
 def _actor_limiter(settings: ActorSettings) -> SampleToInsertRatio | None:
     """Actors' side of the samples-per-insert ratio (the learner enforces the other side).
 
@@ -100,9 +117,7 @@ class Actor:
         self.keys = keys
         self.stop = stop
         self.instance = settings.instance_id
-        self.epsilon = apex_epsilon(
-            settings.actor_index, settings.num_actors, settings.epsilon_base, settings.epsilon_alpha
-        )
+        self.epsilon = env_epsilons(settings)
         self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
         self.writer = RedisReplayWriter(
             client,
@@ -125,7 +140,11 @@ class Actor:
             pass
         obs = self.stepper.reset(seed=self.s.seed + 1000 * self.s.actor_index)
         log.info(
-            "%s acting with epsilon %.4f on %d envs", self.instance, self.epsilon, self.env.num_envs
+            "%s acting on %d envs with epsilons %.4f..%.4f",
+            self.instance,
+            self.env.num_envs,
+            self.epsilon.max(),
+            self.epsilon.min(),
         )
         while not self.stop.is_set() and not self._budget_spent():
             obs = self._step(obs)
@@ -198,7 +217,9 @@ class Actor:
             )
             if self.limiter.can_insert(int(inserted or 0), int(sampled or 0), 1):
                 break
-            self.stop.wait(0.005)
+            # The learner reports its sampled count every few updates; polling faster than
+            # that only burns CPU the learner needs on a small machine.
+            self.stop.wait(0.02)
         waited = time.perf_counter() - started
         if waited > 0.001:
             metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance).inc(waited)

@@ -67,7 +67,7 @@ def _rejection_reason(exc: Exception) -> str:
         return "invalid_weights"
     if isinstance(exc, PublishError):
         return "malformed_stream"
-    return "other"
+    return "invalid_header"
 
 
 class ParameterServer:
@@ -101,7 +101,7 @@ class ParameterServer:
         try:
             with self._publish_lock:
                 encoded = self._publish_locked(chunks)
-        except (PublishError, WeightsError, FailedPrecondition) as exc:
+        except (ValueError, FailedPrecondition) as exc:  # bad input; nothing was stored
             self.counters["rejections"] += 1
             metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(_rejection_reason(exc)).inc()
             log.warning("refused a publication: %s", exc)

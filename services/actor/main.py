@@ -88,7 +88,7 @@ def _status(
     }
     if isinstance(worker, Actor):
         counters["replay_inserted"] = worker.inserted
-        counters["epsilon"] = worker.epsilon
+        counters["epsilon_mean"] = float(worker.epsilon.mean())
     return StatusSnapshot(
         role="evaluator" if isinstance(worker, Evaluator) else "actor",
         instance_id=worker.instance,

@@ -260,3 +260,14 @@ def _wait_for(condition, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError("condition not reached in time")
+
+
+def test_unknown_precision_in_header_is_refused(cluster: Cluster) -> None:
+    header = _header(1)
+    header.precision = 42  # not a Precision value
+    with pytest.raises(grpc.RpcError) as info:
+        cluster.stub.PublishWeights(weight_chunks(header, _weights(1)), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "42" in info.value.details()
+    assert cluster.store.latest_version() == 0
+    assert cluster.params.counters["rejections"] == 1

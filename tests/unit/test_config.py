@@ -1,0 +1,77 @@
+"""Settings from ACTORQ_* variables: typed parsing, validation naming the bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from actorq.config import (
+    ActorSettings,
+    ConfigError,
+    LearnerSettings,
+    QuantizerSettings,
+    RunSettings,
+    load_settings,
+    parse_int_tuple,
+    to_environ,
+)
+
+
+def test_defaults_work_on_localhost() -> None:
+    learner = load_settings(LearnerSettings, {})
+    assert learner.redis_url.startswith("redis://127.0.0.1")
+    assert learner.precision == "int8"
+    assert load_settings(QuantizerSettings, {}).grpc_port == 50051
+
+
+def test_environment_values_are_typed() -> None:
+    env = {
+        "ACTORQ_HIDDEN": "512, 512,512",
+        "ACTORQ_SEED": "7",
+        "ACTORQ_SAMPLES_PER_INSERT": "2.5",
+        "ACTORQ_PRECISION": "fp16",
+        "ACTORQ_UNRELATED": "ignored",
+    }
+    s = load_settings(LearnerSettings, env)
+    assert s.hidden == (512, 512, 512) and s.seed == 7
+    assert s.samples_per_insert == 2.5 and s.precision == "fp16"
+    actor = load_settings(ActorSettings, {"ACTORQ_EVALUATOR": "yes", "ACTORQ_NUM_ACTORS": "3"})
+    assert actor.evaluator is True and actor.instance_id == "evaluator"
+
+
+def test_round_trip_through_environment() -> None:
+    original = LearnerSettings(hidden=(32, 16), seed=3, precision="fp32", checkpoint_dir="/x")
+    assert load_settings(LearnerSettings, to_environ(original)) == original
+
+
+@pytest.mark.parametrize(
+    ("cls", "env", "named"),
+    [
+        (LearnerSettings, {"ACTORQ_SEED": "seven"}, "ACTORQ_SEED"),
+        (LearnerSettings, {"ACTORQ_HIDDEN": "64,-1"}, "ACTORQ_HIDDEN"),
+        (LearnerSettings, {"ACTORQ_PRECISION": "int4"}, "int4"),
+        (LearnerSettings, {"ACTORQ_REDIS_URL": "localhost:6379"}, "localhost:6379"),
+        (ActorSettings, {"ACTORQ_EVALUATOR": "maybe"}, "ACTORQ_EVALUATOR"),
+        (ActorSettings, {"ACTORQ_ACTOR_INDEX": "4", "ACTORQ_NUM_ACTORS": "4"}, "actor_index"),
+        (QuantizerSettings, {"ACTORQ_CHUNK_BYTES": str(16 << 20)}, "chunk_bytes"),
+        (QuantizerSettings, {"ACTORQ_GRPC_PORT": "70000"}, "70000"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_them(cls, env, named) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match=named):
+        load_settings(cls, env)
+
+
+def test_run_settings_validate_flags() -> None:
+    with pytest.raises(ConfigError, match="--actors"):
+        RunSettings(actors=0)
+    with pytest.raises(ConfigError, match="--algo"):
+        RunSettings(algo="ppo")
+    with pytest.raises(ConfigError, match="precision"):
+        RunSettings(precision="bf16")
+
+
+def test_parse_int_tuple() -> None:
+    assert parse_int_tuple("1,2,3") == (1, 2, 3)
+    for bad in ("", "a", "0", "1,,x"):
+        with pytest.raises(ConfigError):
+            parse_int_tuple(bad, "--hidden")
