@@ -75,7 +75,7 @@ def _actor(
     address: str,
     steps: int,
     evaluator: bool = False,
-):  # noqa: ANN202
+):
     settings = ActorSettings(
         redis_url=redis_url,
         redis_prefix=keys.prefix,

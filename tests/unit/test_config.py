@@ -56,7 +56,7 @@ def test_round_trip_through_environment() -> None:
         (QuantizerSettings, {"ACTORQ_GRPC_PORT": "70000"}, "70000"),
     ],
 )
-def test_bad_values_raise_config_error_naming_them(cls, env, named) -> None:  # noqa: ANN001
+def test_bad_values_raise_config_error_naming_them(cls, env, named) -> None:
     with pytest.raises(ConfigError, match=named):
         load_settings(cls, env)
 

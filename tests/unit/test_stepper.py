@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -38,14 +40,14 @@ def test_transitions_chain_and_terminal_rows_hold_the_true_last_obs(native: bool
                 assert abs(step.next_obs[e][2]) > 0.2 or abs(step.next_obs[e][0]) > 2.4
                 assert step.terminated[e]
             else:
-                next_obs, next_step = rows[i + 1]
+                next_obs, _next_step = rows[i + 1]
                 assert np.array_equal(step.next_obs[e], next_obs[e])  # s' is the next s
     assert ended_rows >= 4
 
 
 def test_next_step_mode_marks_reset_rows_invalid() -> None:
-    stepper, rows = _run_until_episodes_end(native=True)
-    for (_, step), (_, following) in zip(rows, rows[1:], strict=False):
+    _stepper, rows = _run_until_episodes_end(native=True)
+    for (_, step), (_, following) in itertools.pairwise(rows):
         for e in np.flatnonzero(step.ended):
             assert not following.valid[e]  # the reset step is not a transition
             assert following.rewards[e] == 0.0
