@@ -183,6 +183,7 @@ class ActorSettings(CommonSettings):
     samples_per_insert: float = 0.0  # 0 = actors never wait for the learner
     insert_error_buffer: float = 20000.0  # transitions actors may run ahead of the ratio
     episodes_maxlen: int = 100000  # cap of the episodes stream
+    eval_min_interval: float = 1.0  # evaluator: seconds between round starts (caps its CPU)
     replay_stream_max_transitions: int = 1_000_000  # cap of the Redis replay stream
 
     @property
@@ -217,12 +218,12 @@ class LearnerSettings(CommonSettings):
     """The fp32 learner. DQN hyperparameters come from ACTORQ_DQN_* (see DQNConfig)."""
 
     env_id: str = "CartPole-v1"
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = (64, 64)
     precision: str = "int8"  # precision the quantizer broadcasts to actors
     seed: int = 0
     quantizer_addr: str = "127.0.0.1:50051"
     replay_capacity: int = 100000  # transitions kept in the learner's local mirror
-    samples_per_insert: float = 8.0  # replay ratio: sampled transitions per inserted one
+    samples_per_insert: float = 16.0  # replay ratio: sampled transitions per inserted one
     publish_every: int = 50  # learner updates between policy publications
     checkpoint_dir: str = ""  # empty = no checkpoints
     checkpoint_every: int = 5000  # learner updates between checkpoints
@@ -258,15 +259,15 @@ class RunSettings:
     actors: int = 2
     envs_per_actor: int = 8
     precision: str = "int8"
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = (64, 64)
     max_env_steps: int = 500000  # stop when the actors together took this many steps
     target_return: float | None = 475.0  # stop when the evaluator's mean reaches it
     max_seconds: float = 0.0  # wall-clock budget; 0 = none
     seed: int = 0
     run_dir: str = ""  # default: runs/<env>-<precision>-<timestamp>
     redis_url: str = ""  # empty = start an embedded Redis for this run
-    eval_envs: int = 4  # envs of the evaluator process
-    samples_per_insert: float = 8.0
+    eval_envs: int = 25  # evaluator envs: 4 rounds of 25 make the 100-episode mean
+    samples_per_insert: float = 16.0
     extra_env: dict[str, str] = field(default_factory=dict)  # ACTORQ_* passed to services
 
     def __post_init__(self) -> None:

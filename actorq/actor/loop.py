@@ -247,11 +247,14 @@ class Evaluator:
         self.evaluated_version = 0
 
     def run(self) -> None:
+        last_start = 0.0
         while not self.stop.is_set():
             policy = self.follower.current
-            if policy is None or policy.version == self.evaluated_version:
-                self.stop.wait(0.05)
+            pause = last_start + self.s.eval_min_interval - time.monotonic()
+            if policy is None or policy.version == self.evaluated_version or pause > 0:
+                self.stop.wait(max(min(pause, 0.05), 0.01))
                 continue
+            last_start = time.monotonic()
             self._round(policy)
             self._flush()
 

@@ -25,7 +25,7 @@ BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
 class DQNConfig:
     """DQN hyperparameters. Defaults are tuned on CartPole-v1 with bench/dqn_inprocess.py."""
 
-    lr: float = 1e-3
+    lr: float = 2.5e-3
     """Adam learning rate."""
     adam_eps: float = 1e-5
     """Adam epsilon (1e-8 is PyTorch's default; a larger value damps steps on rare actions)."""
@@ -33,11 +33,11 @@ class DQNConfig:
     """Discount factor for the one-step TD target."""
     batch_size: int = 128
     """Transitions per learner update."""
-    target_update_every: int = 250
+    target_update_every: int = 50
     """Learner updates between target-network syncs."""
     tau: float = 1.0
     """Sync strength: target <- tau * online + (1 - tau) * target (1.0 = hard copy)."""
-    huber_delta: float = 1.0
+    huber_delta: float = 10.0
     """TD error beyond which the Huber loss grows linearly instead of quadratically."""
     max_grad_norm: float = 10.0
     """Global gradient-norm clip before each Adam step."""
@@ -47,7 +47,7 @@ class DQNConfig:
     """Transitions the replay must hold before the learner starts updating."""
     buffer_size: int = 50_000
     """Replay capacity in transitions."""
-    samples_per_insert: float = 8.0
+    samples_per_insert: float = 16.0
     """Replay ratio: transitions sampled by the learner per transition inserted by actors."""
 
     def __post_init__(self) -> None:

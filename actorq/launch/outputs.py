@@ -41,6 +41,7 @@ class Summary:
     seed: int
     hidden: list[int]
     checkpoint: str | None
+    cpu_seconds: dict[str, float]  # per service, measured just before shutdown
 
 
 def _clean(value: Any) -> Any:

@@ -24,13 +24,15 @@ from actorq.rpc import make_channel
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL this process when the launcher exits."""
+def _child_setup(niceness: int) -> None:
+    """Runs in the child before exec: die with the launcher, then lower priority if asked."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass  # not Linux: rely on the launcher's own shutdown
+    if niceness:
+        os.nice(niceness)
 
 
 @dataclass
@@ -42,6 +44,7 @@ class ServiceProcess:
     env: dict[str, str]
     log_path: Path
     grpc_port: int
+    niceness: int = 0  # >0 lowers the scheduling priority (actors yield CPU to the learner)
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     def start(self) -> None:
@@ -54,7 +57,7 @@ class ServiceProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            preexec_fn=lambda: _child_setup(self.niceness),
         )
         log.close()
 
@@ -101,6 +104,17 @@ class ServiceProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds used so far (Linux /proc), None when unknown."""
+        if self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
 
     def tail(self, lines: int = 15) -> str:
         try:

@@ -40,6 +40,7 @@ from actorq.redis_server import EmbeddedRedis, check_redis, find_free_port
 log = logging.getLogger("actorq.run")
 
 EXIT_OK, EXIT_SERVICE_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+ACTOR_NICENESS = 5
 
 
 def default_run_dir(settings: RunSettings) -> Path:
@@ -129,7 +130,11 @@ def _actor(
         "ACTORQ_MAX_ENV_STEPS": str(budget),
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
     }
-    return ServiceProcess(name, "services.actor", env, run_dir / "logs" / f"{name}.log", port)
+    # On one machine the learner is the critical path: actors and the evaluator get a lower
+    # priority so that they use spare CPU rather than share the learner's core.
+    return ServiceProcess(
+        name, "services.actor", env, run_dir / "logs" / f"{name}.log", port, niceness=ACTOR_NICENESS
+    )
 
 
 class _StopFlag:
@@ -214,13 +219,14 @@ def _run_cluster(
         stop.reason = stop.reason or str(exc)
         code = EXIT_SERVICE_FAILED
     finally:
+        cpu = {proc.name: proc.cpu_seconds() for proc in cluster.all}
         view.message("stopping services ...")
         stop_in_order(
             [[*cluster.actors, cluster.evaluator], [cluster.learner], [cluster.quantizer]]
         )
         view.close()
     if monitor is not None:
-        _write_outputs(settings, spec, run_dir, monitor, stop.reason, view)
+        _write_outputs(settings, spec, run_dir, monitor, stop.reason, view, cpu)
         monitor.close()
     if stop.reason.startswith("interrupted"):
         code = EXIT_INTERRUPTED
@@ -302,6 +308,7 @@ def _write_outputs(
     monitor: RunMonitor,
     reason: str,
     view: ProgressView,
+    cpu: dict[str, float | None],
 ) -> None:
     last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
     checkpoint = run_dir / "checkpoints" / "checkpoint.pt"
@@ -331,6 +338,7 @@ def _write_outputs(
         seed=settings.seed,
         hidden=list(settings.hidden),
         checkpoint=str(checkpoint) if checkpoint.exists() else None,
+        cpu_seconds={k: round(v, 2) for k, v in cpu.items() if v is not None},
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)
