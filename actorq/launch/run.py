@@ -61,8 +61,9 @@ class _Cluster:
         return [self.quantizer, self.learner, *self.actors, self.evaluator]
 
 
-def _common_env(redis_url: str, prefix: str, port: int) -> dict[str, str]:
+def _common_env(redis_url: str, prefix: str, port: int, run_dir: Path) -> dict[str, str]:
     return {
+        "ACTORQ_RUN_DIR": str(run_dir),  # not a setting: lets operators find a run's processes
         "ACTORQ_REDIS_URL": redis_url,
         "ACTORQ_REDIS_PREFIX": prefix,
         "ACTORQ_BIND_HOST": "127.0.0.1",
@@ -78,14 +79,14 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
     quantizer = ServiceProcess(
         "quantizer",
         "services.quantizer",
-        _common_env(redis_url, prefix, q_port),
+        _common_env(redis_url, prefix, q_port, run_dir),
         logs / "quantizer.log",
         q_port,
     )
     qaddr = quantizer.address
     l_port = find_free_port()
     learner_env = {
-        **_common_env(redis_url, prefix, l_port),
+        **_common_env(redis_url, prefix, l_port, run_dir),
         "ACTORQ_ENV_ID": settings.env,
         "ACTORQ_HIDDEN": ",".join(map(str, settings.hidden)),
         "ACTORQ_PRECISION": settings.precision,
@@ -119,7 +120,7 @@ def _actor(
     port = find_free_port()
     name = "evaluator" if evaluator else f"actor-{index}"
     env = {
-        **_common_env(redis_url, prefix, port),
+        **_common_env(redis_url, prefix, port, run_dir),
         "ACTORQ_ENV_ID": settings.env,
         "ACTORQ_ACTOR_INDEX": str(index),
         "ACTORQ_NUM_ACTORS": str(settings.actors),
@@ -266,7 +267,7 @@ def _watch(
         if failed is not None:
             stop.reason = failed
             return EXIT_SERVICE_FAILED
-        stop.reason = _stop_reason(settings, monitor, sample)
+        stop.reason = stop.reason or _stop_reason(settings, monitor, sample)
     return EXIT_OK
 
 

@@ -17,16 +17,18 @@ pytestmark = pytest.mark.e2e
 
 
 def _processes_with(marker: str) -> list[int]:
-    """PIDs whose environment mentions `marker` (the run's unique folder)."""
+    """PIDs whose environment or command line mentions `marker` (the run's unique folder):
+    every service gets ACTORQ_RUN_DIR, and the embedded redis-server has --dir in it."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if marker.encode() in (entry / "environ").read_bytes():
-                pids.append(int(entry.name))
+            text = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
         except OSError:
             continue
+        if marker.encode() in text:
+            pids.append(int(entry.name))
     return pids
 
 
@@ -71,8 +73,9 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     assert summary["precision"] == "int8" and summary["actors"] == 2
     assert summary["eval_episodes"] >= 100
     assert summary["learner_updates"] > 0 and summary["policy_versions"] > 1
-    # int8 broadcasts are about 4x smaller than fp32 ones
-    assert 0 < summary["blob_bytes"] <= 0.3 * summary["fp32_equivalent_bytes"]
+    # int8 broadcasts: 0.25x for the weights; fp32 biases and per-channel scales push the
+    # default 64x64 net to about 0.32x (large nets reach 0.256x, see BENCHMARKS.md)
+    assert 0 < summary["blob_bytes"] <= 0.35 * summary["fp32_equivalent_bytes"]
     assert summary["bytes_saved_total"] > summary["broadcast_bytes_total"]
 
     for name in (
@@ -97,7 +100,8 @@ def test_sigterm_stops_everything_and_writes_the_run_folder(tmp_path: Path) -> N
     while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
         time.sleep(0.2)
     assert (run_dir / "metrics.jsonl").exists(), "run never started"
-    assert len(_processes_with(str(run_dir))) >= 4  # redis, quantizer, learner, actor, evaluator
+    # redis, quantizer, learner, actor, evaluator (the launcher's own environ lacks the marker)
+    assert len(_processes_with(str(run_dir))) >= 5
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output[-2000:]
