@@ -19,6 +19,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from actorq.procutil import die_with_parent
+
 _HOST = "127.0.0.1"
 
 
@@ -123,7 +125,11 @@ class EmbeddedRedis:
         args += ["--dir", str(data_dir), "--daemonize", "no"]
         with open(self._log_path, "wb") as log_file:
             self._proc = subprocess.Popen(
-                args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                args,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
             )
         self.port = port
         self._wait_ready()

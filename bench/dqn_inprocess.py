@@ -157,7 +157,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=300_000, help="env transitions")
     p.add_argument("--max-seconds", type=float, default=120.0)
     p.add_argument("--eval-every", type=int, default=500, help="learner updates")
-    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--solve-at", type=float, default=475.0)
     p.add_argument("--after-solve", type=int, default=5000, help="updates to run after solving")
     p.add_argument("--quiet", action="store_true")

@@ -7,7 +7,6 @@ stops them in order) and are asked by the kernel to die if the launcher dies
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,20 +18,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from actorq.procutil import die_with_parent
 from actorq.rpc import make_channel
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_setup(niceness: int) -> None:
-    """Runs in the child before exec: die with the launcher, then lower priority if asked."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass  # not Linux: rely on the launcher's own shutdown
-    if niceness:
-        os.nice(niceness)
 
 
 @dataclass
@@ -57,7 +44,7 @@ class ServiceProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: _child_setup(self.niceness),
+            preexec_fn=lambda: die_with_parent(self.niceness),
         )
         log.close()
 

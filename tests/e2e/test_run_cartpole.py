@@ -109,3 +109,18 @@ def test_sigterm_stops_everything_and_writes_the_run_folder(tmp_path: Path) -> N
     assert summary["stop_reason"].startswith("interrupted")
     assert (run_dir / "checkpoints" / "checkpoint.pt").exists()
     assert _processes_with(str(run_dir)) == []
+
+
+def test_killed_launcher_leaves_no_orphans(tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    proc = _actorq(["--actors", "1", "--target-return", "none", "--run-dir", str(run_dir)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    assert len(_processes_with(str(run_dir))) >= 5
+    proc.kill()  # SIGKILL: the launcher gets no chance to clean up
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _processes_with(str(run_dir)):
+        time.sleep(0.1)
+    assert _processes_with(str(run_dir)) == []  # the kernel took the children down with it

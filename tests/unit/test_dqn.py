@@ -174,10 +174,10 @@ def test_policy_weights_are_fp32_copies_named_like_the_state_dict() -> None:
 def test_learns_a_one_step_bandit() -> None:
     # One state, action 0 pays 1 and action 1 pays 0, episodes end at once: Q -> [1, 0].
     learner = DQNLearner(MLPSpec(2, 2, (16,)), DQNConfig(lr=1e-2), seed=0)
-    size = 64
+    size = 32
     rng = np.random.default_rng(0)
     obs = np.tile(np.array([[1.0, -1.0]], np.float32), (size, 1))
-    for _ in range(300):
+    for _ in range(150):
         action = rng.integers(0, 2, size)
         batch = {
             "obs": obs,
