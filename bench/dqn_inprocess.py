@@ -7,7 +7,7 @@ evaluates every `eval-every` updates; the run stops `after-solve` updates after 
 evaluation whose mean return reaches `--solve-at`, so the stability of the solved policy is
 measured too (the distributed evaluator reports a running mean, not a single best).
 
-    .venv/bin/python bench/dqn_inprocess.py --envs 16 --hidden 64,64 --seed 1
+    .venv/bin/python bench/dqn_inprocess.py --envs 16 --hidden 128,128 --seed 1
 
 Exploration (`--eps`):
     linear:START:END:STEPS   one epsilon for all envs, decayed over STEPS env transitions
@@ -129,7 +129,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--envs", type=int, default=16, help="envs in the acting vector env")
-    p.add_argument("--hidden", default="64,64", help="comma-separated hidden widths")
+    p.add_argument("--hidden", default="128,128", help="comma-separated hidden widths")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--batch", type=int, default=d.batch_size)
     p.add_argument("--gamma", type=float, default=d.gamma)

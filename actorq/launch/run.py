@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from actorq.config import RunSettings, to_environ
+from actorq.config import RunSettings
 from actorq.envs import describe_env
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import (
@@ -165,7 +165,6 @@ def run(settings: RunSettings) -> int:
     run_dir = Path(settings.run_dir) if settings.run_dir else default_run_dir(settings)
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = f"actorq:{run_dir.name}:{uuid.uuid4().hex[:6]}"
-    write_json(run_dir / "config.json", _resolved_config(settings, run_dir, prefix))
     stop = _StopFlag()
     embedded = None
     try:
@@ -182,11 +181,24 @@ def run(settings: RunSettings) -> int:
         stop.restore()
 
 
-def _resolved_config(settings: RunSettings, run_dir: Path, prefix: str) -> dict:
+def _resolved_config(
+    settings: RunSettings, run_dir: Path, prefix: str, redis_url: str, cluster: _Cluster
+) -> dict:
+    """Everything needed to understand or repeat the run, including where each service is."""
     config = dataclasses.asdict(settings)
-    config.update(run_dir=str(run_dir), redis_prefix=prefix, python=sys.version.split()[0])
-    config["service_env"] = {k: v for k, v in os.environ.items() if k.startswith("ACTORQ_")}
-    config["settings_env"] = to_environ(settings)
+    config.update(
+        run_dir=str(run_dir), redis_url=redis_url, redis_prefix=prefix,
+        python=sys.version.split()[0],
+    )
+    config["inherited_env"] = {k: v for k, v in os.environ.items() if k.startswith("ACTORQ_")}
+    config["services"] = {
+        p.name: {
+            "grpc": p.address,
+            "metrics": f"http://127.0.0.1:{p.env['ACTORQ_METRICS_PORT']}/metrics",
+            "env": {k: v for k, v in p.env.items() if k.startswith("ACTORQ_")},
+        }
+        for p in cluster.all
+    }
     return config
 
 
@@ -200,6 +212,9 @@ def _run_cluster(
     started: float,
 ) -> int:
     cluster = _plan(settings, run_dir, redis_url, prefix)
+    write_json(
+        run_dir / "config.json", _resolved_config(settings, run_dir, prefix, redis_url, cluster)
+    )
     view = ProgressView(settings, run_dir)
     monitor: RunMonitor | None = None
     code = EXIT_OK

@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
 
@@ -93,13 +95,50 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     assert _processes_with(str(run_dir)) == []  # no orphans
 
 
-def test_sigterm_stops_everything_and_writes_the_run_folder(tmp_path: Path) -> None:
+def _scrape(url: str) -> dict[str, float]:
+    """Sample name (with labels) -> value, parsed by prometheus_client's own parser."""
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        assert family.name.startswith(("actorq_", "process_", "python_")), family.name
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            samples[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return samples
+
+
+def _total(samples: dict[str, float], name: str) -> float:
+    return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
+
+
+def _wait_for_updates(run_dir: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = run_dir / "metrics.jsonl"
+        rows = path.read_text().splitlines() if path.exists() else []
+        if rows and json.loads(rows[-1])["policy_version"] >= 3:
+            return
+        time.sleep(0.2)
+    raise AssertionError("run never got going")
+
+
+def test_metrics_pages_then_sigterm_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "interrupted"
     proc = _actorq(["--actors", "1", "--target-return", "none", "--run-dir", str(run_dir)])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").exists():
-        time.sleep(0.2)
-    assert (run_dir / "metrics.jsonl").exists(), "run never started"
+    _wait_for_updates(run_dir)
+    services = json.loads((run_dir / "config.json").read_text())["services"]
+    actor = _scrape(services["actor-0"]["metrics"])
+    assert _total(actor, "actorq_actor_env_steps_total") > 0
+    assert _total(actor, "actorq_actor_inference_seconds_count") > 0
+    assert actor["actorq_actor_policy_version{instance=actor-0}"] >= 1
+    learner = _scrape(services["learner"]["metrics"])
+    assert learner["actorq_learner_updates_total"] > 0
+    assert learner["actorq_learner_replay_size"] > 0
+    quantizer = _scrape(services["quantizer"]["metrics"])
+    sent = quantizer["actorq_quantizer_broadcast_bytes_total{precision=int8}"]
+    saved = quantizer["actorq_quantizer_broadcast_bytes_saved_total{precision=int8}"]
+    assert sent > 0 and saved > 2 * sent  # int8: about 0.32x of fp32 for this small net
+    assert 0 < quantizer["actorq_quantizer_quantization_error_ratio{precision=int8}"] < 0.05
     # redis, quantizer, learner, actor, evaluator (the launcher's own environ lacks the marker)
     assert len(_processes_with(str(run_dir))) >= 5
     proc.send_signal(signal.SIGTERM)
