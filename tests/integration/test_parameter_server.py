@@ -4,6 +4,7 @@ servers on ephemeral ports and a real Redis."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -252,8 +253,6 @@ def _store_raw_version(
 
 
 def _wait_for(condition, timeout: float = 10.0) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -271,3 +270,47 @@ def test_unknown_precision_in_header_is_refused(cluster: Cluster) -> None:
     assert "42" in info.value.details()
     assert cluster.store.latest_version() == 0
     assert cluster.params.counters["rejections"] == 1
+
+
+def test_follower_survives_quantizer_outage_and_late_start(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    from actorq.redis_server import find_free_port
+
+    port = find_free_port()
+    follower = PolicyFollower(
+        f"127.0.0.1:{port}", "actor-test", expected_spec=SPEC, max_backoff=0.3
+    )
+    follower.start()  # nothing listens yet: it keeps retrying with backoff
+    try:
+        assert not follower.wait_for_policy(0.5)
+
+        def serve() -> tuple[ParameterServer, GrpcServer]:
+            params = ParameterServer(PolicyStore(redis_client, redis_keys))
+            server = GrpcServer("127.0.0.1", port, [parameter_server_service(params)])
+            server.start()
+            return params, server
+
+        params, server = serve()
+        publisher = ps_grpc.ParameterServerStub(make_channel(f"127.0.0.1:{port}"))
+        publisher.PublishWeights(
+            weight_chunks(_header(1), _weights(1)), timeout=10, wait_for_ready=True
+        )
+        assert follower.wait_for_policy(10) and follower.current.version == 1
+
+        params.close()
+        server.stop(0.1)  # quantizer away: the actor keeps acting on version 1
+        time.sleep(1.0)
+        assert follower.current.version == 1
+        out = follower.current.module(torch.zeros((2, SPEC.obs_dim)))
+        assert out.shape == (2, SPEC.num_outputs)
+
+        params, server = serve()  # back, serving what Redis holds, then a new version
+        publisher.PublishWeights(
+            weight_chunks(_header(2), _weights(2)), timeout=10, wait_for_ready=True
+        )
+        _wait_for(lambda: follower.current.version == 2)
+        params.close()
+        server.stop(0.1)
+    finally:
+        follower.stop()
