@@ -187,7 +187,9 @@ def _resolved_config(
     """Everything needed to understand or repeat the run, including where each service is."""
     config = dataclasses.asdict(settings)
     config.update(
-        run_dir=str(run_dir), redis_url=redis_url, redis_prefix=prefix,
+        run_dir=str(run_dir),
+        redis_url=redis_url,
+        redis_prefix=prefix,
         python=sys.version.split()[0],
     )
     config["inherited_env"] = {k: v for k, v in os.environ.items() if k.startswith("ACTORQ_")}

@@ -102,6 +102,7 @@ class Learner:
     # --- threads ----------------------------------------------------------------------
     def _ingest(self) -> None:
         backoff = 0.05
+        rejected = self.reader.rejected
         while not self.stop.is_set():
             try:
                 added = self.reader.poll(block_ms=50)
@@ -114,7 +115,9 @@ class Learner:
             if added:
                 metrics.LEARNER_REPLAY_INSERTED.inc(added)
                 metrics.LEARNER_REPLAY_SIZE.set(len(self.storage))
-        metrics.LEARNER_REPLAY_REJECTED.inc(0)
+            if self.reader.rejected != rejected:  # malformed entries: skipped and counted
+                metrics.LEARNER_REPLAY_REJECTED.inc(self.reader.rejected - rejected)
+                rejected = self.reader.rejected
 
     def train(self) -> None:
         """Run updates until stopped or `max_updates` is reached."""

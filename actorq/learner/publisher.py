@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 import time
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ class WeightsPublisher:
         spec: MLPSpec,
         precision: int,
         start_version: int,
-        latest_stored: callable[[], int],  # type: ignore[valid-type]
+        latest_stored: Callable[[], int],  # reads Redis's `latest` after a refusal
     ) -> None:
         self._stub = ps_grpc.ParameterServerStub(make_channel(address))
         self._spec = spec
