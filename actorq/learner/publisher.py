@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
