@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick clean
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve clean
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -42,9 +42,13 @@ proto-check: $(STAMP)  ## fail if the committed generated code differs from a fr
 	./scripts/gen_proto.sh
 	git diff --exit-code -- actorq/v1 || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
 
-bench: $(STAMP)  ## print the benchmark tables recorded in BENCHMARKS.md
-	$(PY) bench/bench_quant.py
+bench: $(STAMP)  ## print the benchmark tables recorded in BENCHMARKS.md (sections 1-4)
+	$(PY) bench/bench_quant.py --ao-baseline
 	$(PY) bench/bench_actor.py
+	$(PY) bench/bench_replay.py
+
+bench-solve: $(STAMP)  ## time to solve CartPole-v1, int8 vs fp32, 3 seeds (BENCHMARKS.md section 5; ~10 min)
+	$(PY) bench/bench_solve.py --seeds 0,1,2 --precisions int8,fp32
 
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
