@@ -30,6 +30,7 @@ import torch
 
 from actorq.actor.stepper import VectorStepper
 from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.config import LearnerSettings
 from actorq.envs import describe_env, make_vector_env
 from actorq.exploration import LinearSchedule, apex_epsilon, epsilon_greedy
 from actorq.models.mlp import MLPSpec, QNetwork
@@ -136,7 +137,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--updates-per-step",
         type=float,
-        default=d.updates_per_insert,
+        default=LearnerSettings().samples_per_insert / d.batch_size,
         help="learner updates per env transition (samples per insert / batch)",
     )
     p.add_argument("--huber-delta", type=float, default=d.huber_delta)
@@ -145,7 +146,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--target-update", type=int, default=d.target_update_every)
     p.add_argument("--tau", type=float, default=d.tau)
     p.add_argument("--learning-starts", type=int, default=d.learning_starts)
-    p.add_argument("--buffer", type=int, default=d.buffer_size)
+    p.add_argument("--buffer", type=int, default=50_000, help="replay capacity")
     p.add_argument("--eps", default="apex:0.4:7:16")
     p.add_argument(
         "--publish-every",
@@ -178,8 +179,6 @@ def build(args: argparse.Namespace) -> tuple[DQNLearner, DQNConfig]:
         adam_eps=args.adam_eps,
         max_grad_norm=args.max_grad_norm,
         learning_starts=args.learning_starts,
-        buffer_size=args.buffer,
-        samples_per_insert=args.updates_per_step * args.batch,
     )
     return DQNLearner(spec, config, seed=args.seed), config
 
@@ -255,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     learner, config = build(args)
     acting = Acting(args, learner)
     evaluator = GreedyEvaluator(args.env, args.eval_episodes, args.seed + 10_000)
-    replay = Replay(config.buffer_size, learner.spec.obs_dim, args.seed)
+    replay = Replay(args.buffer, learner.spec.obs_dim, args.seed)
     stats = Stats()
     credit = 0.0
     start = (time.perf_counter(), time.process_time())

@@ -45,10 +45,8 @@ class DQNConfig:
     """Double DQN: the online net picks the next action and the target net evaluates it."""
     learning_starts: int = 1_000
     """Transitions the replay must hold before the learner starts updating."""
-    buffer_size: int = 50_000
-    """Replay capacity in transitions."""
-    samples_per_insert: float = 16.0
-    """Replay ratio: transitions sampled by the learner per transition inserted by actors."""
+    # Replay capacity and the samples-per-insert ratio belong to the learner service and the
+    # rate limiter (LearnerSettings.replay_capacity / samples_per_insert), not to DQN.
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "lr", "> 0", self.lr)
@@ -62,19 +60,6 @@ class DQNConfig:
         _check(self.huber_delta > 0, "huber_delta", "> 0", self.huber_delta)
         _check(self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
         _check(self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts)
-        _check(self.buffer_size >= 1, "buffer_size", ">= 1", self.buffer_size)
-        _check(
-            self.learning_starts <= self.buffer_size,
-            "learning_starts",
-            f"<= buffer_size ({self.buffer_size})",
-            self.learning_starts,
-        )
-        _check(self.samples_per_insert > 0, "samples_per_insert", "> 0", self.samples_per_insert)
-
-    @property
-    def updates_per_insert(self) -> float:
-        """Learner updates per inserted transition implied by `samples_per_insert`."""
-        return self.samples_per_insert / self.batch_size
 
 
 def _check(ok: bool, field: str, expected: str, value: object) -> None:

@@ -18,7 +18,7 @@ import redis
 
 from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
-from actorq.config import LearnerSettings
+from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.checkpoint import Checkpointer
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.models import MLPSpec
@@ -51,6 +51,11 @@ class Learner:
         publisher: WeightsPublisher,
         stop: threading.Event,
     ) -> None:
+        if dqn_config.learning_starts > settings.replay_capacity:
+            raise ConfigError(
+                f"ACTORQ_DQN_LEARNING_STARTS={dqn_config.learning_starts} exceeds "
+                f"ACTORQ_REPLAY_CAPACITY={settings.replay_capacity}: the learner would never start"
+            )
         self.s, self.cfg, self.spec = settings, dqn_config, spec
         self.client, self.keys, self.stop = client, keys, stop
         self.publisher = publisher

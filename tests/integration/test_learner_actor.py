@@ -15,7 +15,7 @@ import redis
 from actorq.actor.loop import Actor, Evaluator, env_epsilons
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.algos.dqn import DQNConfig
-from actorq.config import ActorSettings, LearnerSettings
+from actorq.config import ActorSettings, ConfigError, LearnerSettings
 from actorq.envs import make_vector_env
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import WeightsPublisher
@@ -172,3 +172,24 @@ def test_epsilons_spread_over_all_envs_of_all_actors() -> None:
     )
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert np.all(np.diff(eps) < 0)  # strictly decreasing across the pool
+
+
+def test_learner_refuses_warm_up_larger_than_its_replay(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    settings = LearnerSettings(
+        redis_url=redis_url, redis_prefix=redis_keys.prefix, replay_capacity=1000
+    )
+    store = PolicyStore(redis_client, redis_keys)
+    publisher = WeightsPublisher(quantizer, SPEC, parse_precision("int8"), 0, store.latest_version)
+    with pytest.raises(ConfigError, match="ACTORQ_DQN_LEARNING_STARTS=2000"):
+        Learner(
+            settings,
+            DQNConfig(learning_starts=2000),
+            SPEC,
+            redis_client,
+            redis_keys,
+            publisher,
+            threading.Event(),
+        )
+    publisher.close()

@@ -205,8 +205,6 @@ def test_learns_a_one_step_bandit() -> None:
         ("huber_delta", 0.0),
         ("max_grad_norm", -1.0),
         ("learning_starts", -1),
-        ("buffer_size", 0),
-        ("samples_per_insert", 0.0),
     ],
 )
 def test_config_rejects_out_of_range_values(field: str, value: object) -> None:
@@ -214,11 +212,6 @@ def test_config_rejects_out_of_range_values(field: str, value: object) -> None:
         DQNConfig(**{field: value})
 
 
-def test_config_rejects_learning_starts_beyond_capacity() -> None:
-    with pytest.raises(ValueError, match=r"learning_starts must be <= buffer_size \(100\)"):
-        DQNConfig(buffer_size=100, learning_starts=101)
-
-
-def test_default_config_is_valid_and_consistent() -> None:
+def test_default_config_is_valid() -> None:
     config = DQNConfig()
-    assert config.updates_per_insert == pytest.approx(config.samples_per_insert / config.batch_size)
+    assert config.learning_starts >= config.batch_size  # first batches are not all duplicates
