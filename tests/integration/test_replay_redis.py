@@ -49,14 +49,16 @@ def drain(reader: RedisReplayReader) -> int:
 
 
 class Recorder:
+    """A sampler that only records which indices the reader reported as inserted."""
+
     def __init__(self) -> None:
         self.inserted: list[np.ndarray] = []
 
     def sample(self, storage, batch_size, rng):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
+        raise AssertionError("the reader must never sample")
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        raise NotImplementedError
+        raise AssertionError("the reader must never update priorities")
 
     def on_insert(self, indices: np.ndarray) -> None:
         self.inserted.append(indices)
