@@ -77,6 +77,17 @@ class ServiceRuntime:
         return self.stop_event.wait(timeout)
 
 
+def run_loop(loop: Callable[[], None], runtime: ServiceRuntime, done_reason: str) -> None:
+    """Thread body for a service's main loop: a crash is logged and stops the service."""
+    try:
+        loop()
+    except Exception:
+        log.exception("%s: main loop crashed", runtime.name)
+        runtime.request_stop("main loop crashed")
+        raise
+    runtime.request_stop(done_reason)
+
+
 def run_main(main: Callable[[], int | None]) -> None:
     """Run a service main; user errors become one line on stderr and exit code 2."""
     try:

@@ -98,8 +98,10 @@ def _actor_limiter(settings: ActorSettings) -> SampleToInsertRatio | None:
     return SampleToInsertRatio(spi, 1, settings.insert_error_buffer * spi)
 
 
-class Actor:
-    """Steps the env with the follower's current policy and feeds the replay stream."""
+class _EnvWorker:
+    """What the actor and the evaluator share: settings, env, policy, Redis, stop event."""
+
+    kind = "train"
 
     def __init__(
         self,
@@ -110,24 +112,28 @@ class Actor:
         keys: RedisKeys,
         stop: threading.Event,
     ) -> None:
-        self.s = settings
-        self.env = env
-        self.follower = follower
-        self.client = client
-        self.keys = keys
-        self.stop = stop
+        self.s, self.env, self.follower = settings, env, follower
+        self.client, self.keys, self.stop = client, keys, stop
         self.instance = settings.instance_id
+        self.episodes = EpisodeTracker(env.num_envs, self.instance, self.kind)
+        self.stepper = VectorStepper(env)
+        self.env_steps = 0
+
+
+class Actor(_EnvWorker):
+    """Steps the env with the follower's current policy and feeds the replay stream."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        settings = self.s
         self.epsilon = env_epsilons(settings)
         self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
         self.writer = RedisReplayWriter(
-            client,
-            keys,
+            self.client,
+            self.keys,
             maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1),
         )
-        self.episodes = EpisodeTracker(env.num_envs, self.instance, "train")
-        self.stepper = VectorStepper(env)
         self.pending = _PendingTransitions()
-        self.env_steps = 0
         self.inserted = 0
         self.version_of_pending = 0
         self.precision = "int8"
@@ -225,24 +231,13 @@ class Actor:
             metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance).inc(waited)
 
 
-class Evaluator:
+class Evaluator(_EnvWorker):
     """Greedy rounds: each new policy version gets one episode per env."""
 
-    def __init__(
-        self,
-        settings: ActorSettings,
-        env,
-        follower: PolicyFollower,
-        client: redis.Redis,
-        keys: RedisKeys,
-        stop: threading.Event,
-    ) -> None:
-        self.s, self.env, self.follower = settings, env, follower
-        self.client, self.keys, self.stop = client, keys, stop
-        self.instance = settings.instance_id
-        self.episodes = EpisodeTracker(env.num_envs, self.instance, "eval")
-        self.stepper = VectorStepper(env)
-        self.env_steps = 0
+    kind = "eval"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.rounds = 0
         self.evaluated_version = 0
 

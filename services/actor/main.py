@@ -19,7 +19,7 @@ from actorq.envs import describe_env, make_vector_env
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
-from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
+from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.actor")
 
@@ -53,7 +53,9 @@ def serve(settings: ActorSettings) -> int:
         metrics_port,
         settings.quantizer_addr,
     )
-    thread = threading.Thread(target=_run_worker, args=(worker, runtime), name="env-loop")
+    thread = threading.Thread(
+        target=run_loop, args=(worker.run, runtime, "env step budget reached"), name="env-loop"
+    )
     thread.start()
     runtime.wait()
     thread.join()
@@ -61,16 +63,6 @@ def serve(settings: ActorSettings) -> int:
     env.close()
     server.stop(grace=1.0)
     return 0
-
-
-def _run_worker(worker: Actor | Evaluator, runtime: ServiceRuntime) -> None:
-    try:
-        worker.run()
-    except Exception:
-        log.exception("env loop crashed")
-        runtime.request_stop("env loop crashed")
-        raise
-    runtime.request_stop("env step budget reached")
 
 
 def _status(

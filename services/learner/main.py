@@ -24,7 +24,7 @@ from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
-from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
+from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.learner")
 
@@ -107,7 +107,9 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
         metrics_port,
     )
     learner.start()
-    trainer = threading.Thread(target=_train, args=(learner, runtime), name="train")
+    trainer = threading.Thread(
+        target=run_loop, args=(learner.train, runtime, "max_updates reached"), name="train"
+    )
     trainer.start()
     runtime.wait()
     trainer.join()
@@ -119,16 +121,6 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
         learner.publisher.version,
     )
     return 0
-
-
-def _train(learner: Learner, runtime: ServiceRuntime) -> None:
-    try:
-        learner.train()
-    except Exception:
-        log.exception("training loop crashed")
-        runtime.request_stop("training loop crashed")
-        raise
-    runtime.request_stop("max_updates reached")
 
 
 def main() -> None:
