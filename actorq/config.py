@@ -13,7 +13,7 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 ENV_PREFIX = "ACTORQ_"
@@ -94,7 +94,7 @@ def to_environ(settings: Any, prefix: str = ENV_PREFIX) -> dict[str, str]:
     env: dict[str, str] = {}
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
-        if value is None or isinstance(value, dict):
+        if value is None:
             continue
         if isinstance(value, tuple):
             text = ",".join(str(v) for v in value)
@@ -268,7 +268,6 @@ class RunSettings:
     redis_url: str = ""  # empty = start an embedded Redis for this run
     eval_envs: int = 25  # evaluator envs: 4 rounds of 25 make the 100-episode mean
     samples_per_insert: float = 16.0
-    extra_env: dict[str, str] = field(default_factory=dict)  # ACTORQ_* passed to services
 
     def __post_init__(self) -> None:
         _check(

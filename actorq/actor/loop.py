@@ -15,6 +15,7 @@ import time
 import numpy as np
 import redis
 import torch
+from prometheus_client import Histogram
 
 from actorq import metrics
 from actorq.actor.episodes import EpisodeTracker
@@ -26,17 +27,6 @@ from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter, SampleToInsertRatio, TransitionBatch
 
 log = logging.getLogger(__name__)
-
-
-def policy_q_values(policy: LoadedPolicy, obs: np.ndarray, instance: str) -> np.ndarray:
-    """One batched forward; its latency goes to the inference histogram."""
-    started = time.perf_counter()
-    with torch.inference_mode():
-        q = policy.module(torch.from_numpy(obs)).numpy()
-    metrics.ACTOR_INFERENCE_SECONDS.labels(instance, policy.precision).observe(
-        time.perf_counter() - started
-    )
-    return q
 
 
 class _PendingTransitions:
@@ -118,6 +108,25 @@ class _EnvWorker:
         self.episodes = EpisodeTracker(env.num_envs, self.instance, self.kind)
         self.stepper = VectorStepper(env)
         self.env_steps = 0
+        # Labelled metric children are looked up once, not on every env step.
+        self._steps_metric = metrics.ACTOR_ENV_STEPS.labels(self.instance)
+        self._inference_metric: dict[str, Histogram] = {}
+
+    def q_values(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
+        """One batched forward; its latency goes to the inference histogram."""
+        started = time.perf_counter()
+        with torch.inference_mode():
+            q = policy.module(torch.from_numpy(obs)).numpy()
+        histogram = self._inference_metric.get(policy.precision)
+        if histogram is None:
+            histogram = metrics.ACTOR_INFERENCE_SECONDS.labels(self.instance, policy.precision)
+            self._inference_metric[policy.precision] = histogram
+        histogram.observe(time.perf_counter() - started)
+        return q
+
+    def _count_steps(self, steps: int) -> None:
+        self.env_steps += steps
+        self._steps_metric.inc(steps)
 
 
 class Actor(_EnvWorker):
@@ -164,7 +173,7 @@ class Actor(_EnvWorker):
     def _actions(self, obs: np.ndarray) -> tuple[np.ndarray, int, str]:
         policy = self.follower.current
         assert policy is not None  # run() waits for the first policy
-        q = policy_q_values(policy, obs, self.instance)
+        q = self.q_values(policy, obs)
         return epsilon_greedy(q, self.epsilon, self.rng), policy.version, policy.precision
 
     def _step(self, obs: np.ndarray) -> np.ndarray:
@@ -176,8 +185,7 @@ class Actor(_EnvWorker):
         )
         self.version_of_pending, self.precision = version, precision
         steps = int(v.sum())
-        self.env_steps += steps
-        metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(steps)
+        self._count_steps(steps)
         self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version)
         return step.obs
 
@@ -259,12 +267,11 @@ class Evaluator(_EnvWorker):
         self.episodes.returns[:] = 0.0
         self.episodes.lengths[:] = 0
         while active.any() and not self.stop.is_set():
-            q = policy_q_values(policy, obs, self.instance)
+            q = self.q_values(policy, obs)
             step = self.stepper.step(q.argmax(axis=1))
             obs = step.obs
             steps = int(active.sum())
-            self.env_steps += steps
-            metrics.ACTOR_ENV_STEPS.labels(self.instance).inc(steps)
+            self._count_steps(steps)
             ended = step.ended & active
             rewards = np.where(active, step.rewards, 0.0)
             self.episodes.step(rewards, ended, policy.version, self.env_steps)

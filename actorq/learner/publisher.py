@@ -51,7 +51,6 @@ class WeightsPublisher:
         self._precision = precision
         self._latest_stored = latest_stored
         self.version = start_version
-        self.published = 0
         self.failures = 0
         self.blob_bytes = 0
         self._slot: Snapshot | None = None
@@ -102,7 +101,6 @@ class WeightsPublisher:
         except grpc.RpcError as exc:
             return self._on_error(exc, version)
         self.version = reply.version
-        self.published += 1
         self.blob_bytes = reply.blob_bytes
         metrics.LEARNER_PUBLISH_SECONDS.observe(time.perf_counter() - started)
         metrics.LEARNER_POLICY_VERSION.set(reply.version)

@@ -106,7 +106,7 @@ class ParameterServer:
             metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(_rejection_reason(exc)).inc()
             log.warning("refused a publication: %s", exc)
             raise
-        self.board.post(self.store.announcement(encoded.version))
+        self.board.post(Announcement.of(encoded))  # what was just stored; no re-read
         self._record_publish(encoded)
         return encoded
 

@@ -39,6 +39,18 @@ class Announcement:
     fp32_equivalent_bytes: int
     quantization_error: float
 
+    @classmethod
+    def of(cls, encoded: EncodedPolicy) -> Announcement:
+        return cls(
+            version=encoded.version,
+            precision=encoded.precision,
+            blob_bytes=encoded.blob_bytes,
+            sha256=encoded.sha256,
+            learner_step=encoded.learner_step,
+            fp32_equivalent_bytes=encoded.fp32_equivalent_bytes,
+            quantization_error=float(encoded.quantization_error),
+        )
+
 
 class PolicyStore:
     """Stores the last `keep_versions` policy versions under `keys`."""
