@@ -78,6 +78,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         default=d.samples_per_insert,
         help="replay ratio enforced between learner and actors",
     )
+    p.add_argument(
+        "--learners",
+        type=int,
+        default=d.learners,
+        help="data-parallel learner processes (gradients all-reduced; rank 0 publishes)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         redis_url=args.redis_url,
         eval_envs=args.eval_envs,
         samples_per_insert=args.samples_per_insert,
+        learners=args.learners,
     )
     from actorq.launch.run import run  # imports torch etc. only when needed
 

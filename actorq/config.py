@@ -230,9 +230,31 @@ class LearnerSettings(CommonSettings):
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
     device: str = "cpu"
     torch_threads: int = 1
+    # Data-parallel learners (see actorq.learner.distributed): this process is `rank` of
+    # `world_size`; rank 0 hosts the rendezvous at `dist_addr` and alone publishes.
+    world_size: int = 1
+    rank: int = 0
+    dist_addr: str = "127.0.0.1:29500"
+    dist_backend: str = ""  # "" = nccl on cuda, gloo otherwise
+    dist_timeout: float = 60.0  # seconds a collective waits for a silent rank
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check(self.world_size >= 1, f"world_size: expected >= 1, got {self.world_size}")
+        _check(
+            0 <= self.rank < self.world_size,
+            f"rank: expected 0 <= rank < world_size ({self.world_size}), got {self.rank}",
+        )
+        host, _, port = self.dist_addr.rpartition(":")
+        _check(
+            bool(host) and port.isdigit() and 0 < int(port) < 65536,
+            f"dist_addr: expected host:port, got {self.dist_addr!r}",
+        )
+        _check(
+            self.dist_backend in ("", "gloo", "nccl"),
+            f"dist_backend: expected gloo, nccl or empty (auto), got {self.dist_backend!r}",
+        )
+        _check(self.dist_timeout > 0, f"dist_timeout: expected > 0, got {self.dist_timeout}")
         _check_precision(self.precision)
         _check(
             self.replay_capacity >= 1000,
@@ -268,8 +290,10 @@ class RunSettings:
     redis_url: str = ""  # empty = start an embedded Redis for this run
     eval_envs: int = 25  # evaluator envs: 4 rounds of 25 make the 100-episode mean
     samples_per_insert: float = 16.0
+    learners: int = 1  # data-parallel learner processes (gradients all-reduced)
 
     def __post_init__(self) -> None:
+        _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
         _check(
             self.algo == "dqn",
             f"--algo: expected dqn (the only algorithm so far), got {self.algo!r}",

@@ -129,6 +129,9 @@ class EmbeddedRedis:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                # Own session: a terminal's Ctrl-C (or `timeout`) signals the launcher's
+                # process group; Redis must outlive the services' final writes and stop last.
+                start_new_session=True,
                 preexec_fn=die_with_parent,
             )
         self.port = port

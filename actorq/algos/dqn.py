@@ -7,7 +7,7 @@ hold this object: they receive `policy_weights()` after quantization.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,8 @@ class DQNLearner:
             fused=self.device.type in ("cpu", "cuda"),
         )
         self._num_updates = 0
+        # Data-parallel learners set this to average gradients across ranks before each step.
+        self.grad_sync: Callable[[list[nn.Parameter]], None] | None = None
 
     @property
     def num_updates(self) -> int:
@@ -123,6 +125,8 @@ class DQNLearner:
         loss = per_item.mean() if w is None else (per_item * w).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync(list(self.online.parameters()))
         grad_norm = nn.utils.clip_grad_norm_(self.online.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
         self._num_updates += 1
@@ -177,6 +181,28 @@ class DQNLearner:
             name: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float32).copy()
             for name, t in self.online.state_dict().items()
         }
+
+    @torch.no_grad()
+    def weights_checksum(self) -> float:
+        """Sum of |w| over the online net: equal on data-parallel ranks that stay in sync."""
+        return float(sum(p.double().abs().sum().item() for p in self.online.parameters()))
+
+    def load_counters(self, num_updates: int) -> None:
+        """Set the update count (target syncs are scheduled by it) without other state."""
+        self._num_updates = int(num_updates)
+
+    def prime_optimizer(self) -> None:
+        """Create Adam's per-parameter state with a zero-gradient step (parameters unchanged).
+
+        Data-parallel ranks call this before receiving rank 0's state, so that every rank's
+        state dict has the same tensors to overwrite.
+        """
+        if self.optimizer.state:
+            return
+        for p in self.online.parameters():
+            p.grad = torch.zeros_like(p)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""

@@ -20,6 +20,7 @@ class Summary:
     algo: str
     precision: str
     actors: int
+    learners: int
     envs_per_actor: int
     env_steps: int
     learner_updates: int

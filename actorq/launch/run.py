@@ -52,13 +52,17 @@ def default_run_dir(settings: RunSettings) -> Path:
 @dataclass
 class _Cluster:
     quantizer: ServiceProcess
-    learner: ServiceProcess
+    learners: list[ServiceProcess]  # rank 0 first; it publishes and checkpoints
     actors: list[ServiceProcess]
     evaluator: ServiceProcess
 
     @property
+    def learner(self) -> ServiceProcess:
+        return self.learners[0]
+
+    @property
     def all(self) -> list[ServiceProcess]:
-        return [self.quantizer, self.learner, *self.actors, self.evaluator]
+        return [self.quantizer, *self.learners, *self.actors, self.evaluator]
 
 
 def _common_env(redis_url: str, prefix: str, port: int, run_dir: Path) -> dict[str, str]:
@@ -84,27 +88,46 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
         q_port,
     )
     qaddr = quantizer.address
-    l_port = find_free_port()
-    learner_env = {
-        **_common_env(redis_url, prefix, l_port, run_dir),
-        "ACTORQ_ENV_ID": settings.env,
-        "ACTORQ_HIDDEN": ",".join(map(str, settings.hidden)),
-        "ACTORQ_PRECISION": settings.precision,
-        "ACTORQ_SEED": str(settings.seed),
-        "ACTORQ_QUANTIZER_ADDR": qaddr,
-        "ACTORQ_CHECKPOINT_DIR": str(run_dir / "checkpoints"),
-        "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
-    }
-    learner = ServiceProcess(
-        "learner", "services.learner", learner_env, logs / "learner.log", l_port
-    )
+    dist_addr = f"127.0.0.1:{find_free_port()}"
+    learners = [
+        _learner(settings, run_dir, redis_url, prefix, qaddr, rank, dist_addr)
+        for rank in range(settings.learners)
+    ]
     per_actor_budget = -(-settings.max_env_steps // settings.actors)  # ceil: a safety net
     actors = [
         _actor(settings, run_dir, redis_url, prefix, qaddr, i, per_actor_budget)
         for i in range(settings.actors)
     ]
     evaluator = _actor(settings, run_dir, redis_url, prefix, qaddr, 0, 0, evaluator=True)
-    return _Cluster(quantizer, learner, actors, evaluator)
+    return _Cluster(quantizer, learners, actors, evaluator)
+
+
+def _learner(
+    settings: RunSettings,
+    run_dir: Path,
+    redis_url: str,
+    prefix: str,
+    qaddr: str,
+    rank: int,
+    dist_addr: str,
+) -> ServiceProcess:
+    port = find_free_port()
+    name = "learner" if rank == 0 else f"learner-{rank}"
+    env = {
+        **_common_env(redis_url, prefix, port, run_dir),
+        "ACTORQ_ENV_ID": settings.env,
+        "ACTORQ_HIDDEN": ",".join(map(str, settings.hidden)),
+        "ACTORQ_PRECISION": settings.precision,
+        "ACTORQ_SEED": str(settings.seed),
+        "ACTORQ_QUANTIZER_ADDR": qaddr,
+        "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
+        "ACTORQ_WORLD_SIZE": str(settings.learners),
+        "ACTORQ_RANK": str(rank),
+        "ACTORQ_DIST_ADDR": dist_addr,
+    }
+    if rank == 0:
+        env["ACTORQ_CHECKPOINT_DIR"] = str(run_dir / "checkpoints")
+    return ServiceProcess(name, "services.learner", env, run_dir / "logs" / f"{name}.log", port)
 
 
 def _actor(
@@ -239,9 +262,7 @@ def _run_cluster(
     finally:
         cpu = {proc.name: proc.cpu_seconds() for proc in cluster.all}
         view.message("stopping services ...")
-        stop_in_order(
-            [[*cluster.actors, cluster.evaluator], [cluster.learner], [cluster.quantizer]]
-        )
+        stop_in_order([[*cluster.actors, cluster.evaluator], cluster.learners, [cluster.quantizer]])
         view.close()
     if monitor is not None:
         _write_outputs(settings, spec, run_dir, monitor, stop.reason, view, cpu)
@@ -259,7 +280,10 @@ def _start(cluster: _Cluster, view: ProgressView) -> None:
     Starting in parallel hides the per-process import time; the learner retries its first
     publication until the quantizer answers, and actors wait for that first version.
     """
-    view.message(f"starting quantizer, learner, {len(cluster.actors)} actors and the evaluator ...")
+    view.message(
+        f"starting quantizer, {len(cluster.learners)} learner(s), {len(cluster.actors)} actors "
+        "and the evaluator ..."
+    )
     for proc in cluster.all:
         proc.start()
     for proc in cluster.all:
@@ -289,7 +313,7 @@ def _watch(
 
 
 def _failed_service(cluster: _Cluster) -> str | None:
-    for proc in [cluster.quantizer, cluster.learner, cluster.evaluator]:
+    for proc in [cluster.quantizer, *cluster.learners, cluster.evaluator]:
         if proc.exit_code() is not None:
             code = proc.exit_code()
             return f"{proc.name} exited with code {code}; see {proc.log_path}:\n{proc.tail()}"
@@ -335,6 +359,7 @@ def _write_outputs(
         algo=settings.algo,
         precision=settings.precision,
         actors=settings.actors,
+        learners=settings.learners,
         envs_per_actor=settings.envs_per_actor,
         env_steps=last.env_steps if last else 0,
         learner_updates=last.learner_updates if last else 0,

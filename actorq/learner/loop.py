@@ -20,6 +20,14 @@ from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.checkpoint import Checkpointer
+from actorq.learner.distributed import (
+    DistConfig,
+    GradientAverager,
+    StepAgreement,
+    broadcast_ints,
+    broadcast_tensors,
+    tensors_in,
+)
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
@@ -39,7 +47,11 @@ class LearnerCounters:
 
 
 class Learner:
-    """Owns the replay mirror, the DQN learner, the publisher and the checkpointer."""
+    """Owns the replay mirror, the DQN learner, the publisher and the checkpointer.
+
+    With data-parallel learners (`dist.world_size > 1`) there is one `Learner` per rank;
+    only rank 0 has a publisher and a checkpointer (see actorq.learner.distributed).
+    """
 
     def __init__(
         self,
@@ -48,8 +60,9 @@ class Learner:
         spec: MLPSpec,
         client: redis.Redis,
         keys: RedisKeys,
-        publisher: WeightsPublisher,
+        publisher: WeightsPublisher | None,
         stop: threading.Event,
+        dist: DistConfig | None = None,
     ) -> None:
         if dqn_config.learning_starts > settings.replay_capacity:
             raise ConfigError(
@@ -58,18 +71,30 @@ class Learner:
             )
         self.s, self.cfg, self.spec = settings, dqn_config, spec
         self.client, self.keys, self.stop = client, keys, stop
+        self.dist = dist or DistConfig()
+        if publisher is None and self.dist.is_primary:
+            raise ValueError("the primary learner (rank 0) needs a publisher")
         self.publisher = publisher
         self.dqn = DQNLearner(spec, dqn_config, device=settings.device, seed=settings.seed)
         self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim)
         self.sampler = UniformSampler()
-        self.reader = RedisReplayReader(client, keys, self.storage, self.sampler)
+        self.reader = RedisReplayReader(
+            client, keys, self.storage, self.sampler, shard=self.dist.shard()
+        )
+        self._agreement = StepAgreement(settings.device) if self.dist.enabled else None
+        if self.dist.enabled:
+            self.dqn.grad_sync = GradientAverager(self.dist.world_size)
+        # The limiter counts the whole learner group: it samples world_size batches per step.
+        self.group_batch = dqn_config.batch_size * self.dist.world_size
         self.limiter = SampleToInsertRatio(
             samples_per_insert=settings.samples_per_insert,
             min_size_to_sample=dqn_config.learning_starts,
-            error_buffer=max(4.0 * dqn_config.batch_size, 0.01 * settings.replay_capacity),
+            error_buffer=max(4.0 * self.group_batch, 0.01 * settings.replay_capacity),
         )
         self.checkpointer = (
-            Checkpointer(settings.checkpoint_dir) if settings.checkpoint_dir else None
+            Checkpointer(settings.checkpoint_dir)
+            if settings.checkpoint_dir and self.dist.is_primary
+            else None
         )
         self.rng = np.random.default_rng(settings.seed)
         self.counters = LearnerCounters()
@@ -84,6 +109,7 @@ class Learner:
                 self.dqn.load_state_dict(state["dqn"])
                 self.counters.updates = int(state["updates"])
                 self.counters.sampled = int(state["sampled"])
+                assert self.publisher is not None  # the checkpointer lives on rank 0 only
                 self.publisher.version = max(self.publisher.version, int(state["version"]))
                 log.info(
                     "resumed from %s at update %d, version %d",
@@ -91,13 +117,34 @@ class Learner:
                     self.counters.updates,
                     int(state["version"]),
                 )
+        if self.dist.enabled:
+            self._sync_from_primary()
         rebuilt = self.reader.rebuild()
         metrics.LEARNER_REPLAY_INSERTED.inc(rebuilt)
         log.info("replay mirror rebuilt from Redis: %d transitions", rebuilt)
 
+    def _sync_from_primary(self) -> None:
+        """Every rank starts from rank 0's weights, optimizer state and counters."""
+        self.dqn.prime_optimizer()
+        broadcast_tensors(list(tensors_in(self.dqn.state_dict())))
+        updates, sampled, num_updates = broadcast_ints(
+            [self.counters.updates, self.counters.sampled, self.dqn.num_updates],
+            device=self.s.device,
+        )
+        self.counters.updates, self.counters.sampled = updates, sampled
+        self.dqn.load_counters(num_updates)
+        log.info("rank %d synced with rank 0 at update %d", self.dist.rank, updates)
+
+    @property
+    def version(self) -> int:
+        """Newest published policy version (rank 0); 0 on other ranks, which never publish."""
+        return self.publisher.version if self.publisher is not None else 0
+
     def start(self) -> None:
         """Start ingesting and publish the first version, so actors get a policy at once."""
         self.ingest_thread.start()
+        if self.publisher is None:
+            return
         backoff = 0.1
         while not self.stop.is_set() and not self.publisher.publish_now(self._snapshot()):
             log.warning("quantizer not ready; retrying the first publication in %.1fs", backoff)
@@ -125,25 +172,48 @@ class Learner:
                 rejected = self.reader.rejected
 
     def train(self) -> None:
-        """Run updates until stopped or `max_updates` is reached."""
-        while not self.stop.is_set():
-            if self.s.max_updates and self.counters.updates >= self.s.max_updates:
-                break
-            if not self._wait_for_data():
+        """Run updates until stopped or `max_updates` is reached.
+
+        Parallel learners agree before every update, so all ranks update, wait or stop
+        together (each update holds a gradient all-reduce every rank must join).
+        """
+        while True:
+            done = self.stop.is_set() or self._budget_spent()
+            has_data = len(self.storage) >= self.cfg.batch_size
+            all_have_data, stopping, inserted = self._agree(
+                has_data, done, self.storage.total_added
+            )
+            if stopping:
+                return
+            if not (all_have_data and self._can_sample(inserted)):
+                self._idle()
                 continue
             self._update()
             self._periodic()
 
-    def _wait_for_data(self) -> bool:
-        inserted = self.storage.total_added
-        if self.limiter.can_sample(inserted, self.counters.sampled, self.cfg.batch_size):
-            return True
+    def _budget_spent(self) -> bool:
+        return bool(self.s.max_updates) and self.counters.updates >= self.s.max_updates
+
+    def _can_sample(self, group_inserted: int) -> bool:
+        return self.limiter.can_sample(group_inserted, self.group_sampled, self.group_batch)
+
+    @property
+    def group_sampled(self) -> int:
+        """Transitions sampled by the whole learner group (every rank samples alike)."""
+        return self.counters.sampled * self.dist.world_size
+
+    def _agree(self, has_data: bool, done: bool, inserted: int) -> tuple[bool, bool, int]:
+        if self._agreement is None:
+            return has_data, done, inserted
+        return self._agreement(has_data, done, inserted)
+
+    def _idle(self) -> None:
+        """Wait briefly for replay data; the time counts as the learner waiting on replay."""
         started = time.perf_counter()
         self.stop.wait(0.002)
         waited = time.perf_counter() - started
         self.counters.wait_seconds += waited
         metrics.LEARNER_WAIT_SECONDS.inc(waited)
-        return False
 
     def _update(self) -> None:
         sample = self.sampler.sample(self.storage, self.cfg.batch_size, self.rng)
@@ -157,10 +227,13 @@ class Learner:
         metrics.LEARNER_LOSS.set(result.loss)
         metrics.LEARNER_Q_MEAN.set(result.q_mean)
         metrics.LEARNER_REPLAY_SAMPLED.inc(self.cfg.batch_size)
-        lag = self.publisher.version - float(np.mean(batch["policy_version"]))
-        metrics.LEARNER_SAMPLE_LAG.set(lag)
+        if self.publisher is not None:
+            lag = self.publisher.version - float(np.mean(batch["policy_version"]))
+            metrics.LEARNER_SAMPLE_LAG.set(lag)
 
     def _periodic(self) -> None:
+        if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group
+            return
         updates = self.counters.updates
         if updates % self.s.publish_every == 0:
             self.publisher.submit(self._snapshot())
@@ -174,7 +247,7 @@ class Learner:
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.set(self.keys.learner_updates, self.counters.updates)
-            pipe.set(self.keys.learner_sampled, self.counters.sampled)
+            pipe.set(self.keys.learner_sampled, self.group_sampled)
             pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("could not report progress to redis: %s", exc)
@@ -184,7 +257,7 @@ class Learner:
 
     # --- shutdown ---------------------------------------------------------------------
     def checkpoint(self) -> None:
-        if self.checkpointer is None:
+        if self.checkpointer is None or self.publisher is None:
             return
         state = {
             "dqn": self.dqn.state_dict(),
@@ -208,6 +281,8 @@ class Learner:
         """Publish the final weights, write the final checkpoint, stop ingesting."""
         self.stop.set()
         self.ingest_thread.join(timeout=5.0)
+        if self.publisher is None:
+            return
         self.publisher.close()
         self.publisher.publish_now(self._snapshot(), timeout=10.0)
         self._report_progress()

@@ -12,6 +12,7 @@ Connection errors propagate as `redis.ConnectionError`; callers decide how to re
 from __future__ import annotations
 
 import logging
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -74,8 +75,10 @@ def read_inserted(client: redis.Redis, keys: RedisKeys) -> int:
 class RedisReplayReader:
     """Mirrors the replay stream into a local `ReplayStorage` (used by the learner).
 
-    Malformed entries are skipped, counted in `rejected` (and per reason in
-    `rejected_by_reason`) and logged once per reason; they never stop ingestion.
+    With `shard=(i, n)` it keeps only the entries whose id hashes to share i of n (one
+    share per data-parallel learner). Malformed entries are skipped, counted in
+    `rejected` (and per reason in `rejected_by_reason`) and logged once per reason; they
+    never stop ingestion.
     """
 
     def __init__(
@@ -84,9 +87,14 @@ class RedisReplayReader:
         keys: RedisKeys,
         storage: ReplayStorage,
         sampler: Sampler | None = None,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("the replay reader needs a client with decode_responses=False")
+        index, count = shard
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+        self.shard = shard
         self._client = client
         self._keys = keys
         self.storage = storage
@@ -132,10 +140,21 @@ class RedisReplayReader:
         """Decode and store entries in order; advance `last_id` past every one of them."""
         added = 0
         for entry_id, fields in entries:
-            added += self._ingest_one(_id_str(entry_id), fields)
-            self.last_id = _id_str(entry_id)
+            entry = _id_str(entry_id)
+            if self._mine(entry):
+                added += self._ingest_one(entry, fields)
+            self.last_id = entry
         self.added += added
         return added
+
+    def _mine(self, entry_id: str) -> bool:
+        """Whether this reader's shard holds the entry (parallel learners split the stream).
+
+        A hash of the entry id, so every learner, and the same learner after a restart,
+        agrees on the split without coordination.
+        """
+        index, count = self.shard
+        return count == 1 or zlib.crc32(entry_id.encode()) % count == index
 
     def _ingest_one(self, entry_id: str, fields: dict[bytes, bytes]) -> int:
         try:

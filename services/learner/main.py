@@ -16,6 +16,7 @@ from actorq import metrics
 from actorq.algos.dqn import DQNConfig
 from actorq.config import LearnerSettings, load_settings
 from actorq.envs import describe_env
+from actorq.learner.distributed import DistConfig, init_group, leave_group
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import WeightsPublisher
 from actorq.models import MLPSpec
@@ -29,20 +30,33 @@ from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, se
 log = logging.getLogger("actorq.learner")
 
 
+def dist_config(settings: LearnerSettings) -> DistConfig:
+    return DistConfig(
+        world_size=settings.world_size,
+        rank=settings.rank,
+        address=settings.dist_addr,
+        backend=settings.dist_backend,
+        timeout_s=settings.dist_timeout,
+    )
+
+
 def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRuntime) -> Learner:
     info = describe_env(settings.env_id)
     spec = MLPSpec(info.obs_dim, info.num_actions, settings.hidden)
     client = connect_redis(settings.redis_url)
     keys = RedisKeys(settings.redis_prefix)
-    store = PolicyStore(client, keys)
-    publisher = WeightsPublisher(
-        settings.quantizer_addr,
-        spec,
-        parse_precision(settings.precision),
-        start_version=store.latest_version(),
-        latest_stored=store.latest_version,
-    )
-    return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event)
+    dist = dist_config(settings)
+    publisher = None
+    if dist.is_primary:  # one publisher for the whole learner group
+        store = PolicyStore(client, keys)
+        publisher = WeightsPublisher(
+            settings.quantizer_addr,
+            spec,
+            parse_precision(settings.precision),
+            start_version=store.latest_version(),
+            latest_stored=store.latest_version,
+        )
+    return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event, dist)
 
 
 class _Rate:
@@ -63,10 +77,11 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
 
     def status() -> StatusSnapshot:
         c = learner.counters
+        publisher = learner.publisher
         return StatusSnapshot(
             role="learner",
-            instance_id="learner",
-            policy_version=learner.publisher.version,
+            instance_id=f"learner-{learner.dist.rank}",
+            policy_version=learner.version,
             state="stopping" if runtime.stopping else "running",
             counters={
                 "updates": c.updates,
@@ -77,8 +92,12 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "replay_rejected": learner.reader.rejected,
                 "wait_fraction": learner.wait_fraction(),
                 "checkpoints": c.checkpoints,
-                "publish_failures": learner.publisher.failures,
-                "blob_bytes": learner.publisher.blob_bytes,
+                "publish_failures": publisher.failures if publisher else 0,
+                "blob_bytes": publisher.blob_bytes if publisher else 0,
+                "rank": learner.dist.rank,
+                "world_size": learner.dist.world_size,
+                # Equal on every rank while the replicas agree (a parallel-learner check).
+                "weights_checksum": learner.dqn.weights_checksum(),
             },
         )
 
@@ -97,6 +116,7 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     )
     metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
     server.start()
+    init_group(learner.dist, settings.device)
     learner.restore()
     log.info(
         "learner up: env %s, hidden %s, precision %s, control port %d, metrics %s",
@@ -114,11 +134,13 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     runtime.wait()
     trainer.join()
     learner.finish()
+    leave_group()
     server.stop(grace=1.0)
     log.info(
-        "learner stopped after %d updates, version %d",
+        "learner %d stopped after %d updates, version %d",
+        learner.dist.rank,
         learner.counters.updates,
-        learner.publisher.version,
+        learner.version,
     )
     return 0
 

@@ -1,0 +1,146 @@
+"""Data-parallel learners: L processes, one model, gradients averaged with all-reduce.
+
+Each learner process (a "rank") mirrors its own share of the Redis replay stream, samples
+its own batches from it and computes gradients on them; `GradientAverager` all-reduces
+the gradients before every optimizer step, so every rank applies the same step and the
+replicas stay identical. Rank 0 alone publishes to the quantizer, writes checkpoints and
+reports progress to Redis.
+
+Every rank must take part in every collective, in the same order. The training loop
+therefore agrees before each update (`StepAgreement`) on whether every rank has data to
+sample, whether any rank wants to stop (then all stop together) and how much the group
+has ingested: the samples-per-insert limiter runs on the group's totals, because one
+rank's share of the stream is never exactly 1/L of it. A rank that dies leaves the
+others blocked in a collective until the process-group timeout (`dist_timeout`) ends
+them; the launcher then restarts the learner group.
+
+Backend: gloo on CPU, nccl when the learner runs on CUDA. The rendezvous is a TCP store
+on rank 0's `dist_addr`. Nothing is pickled: only tensors cross between ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """Where this learner sits in the group."""
+
+    world_size: int = 1
+    rank: int = 0
+    address: str = "127.0.0.1:29500"  # host:port of rank 0's rendezvous store
+    backend: str = ""  # "" = nccl on cuda, gloo otherwise
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_primary(self) -> bool:
+        return self.rank == 0
+
+    def shard(self) -> tuple[int, int]:
+        """(rank, world_size): which share of the replay stream this learner mirrors."""
+        return self.rank, self.world_size
+
+
+def init_group(cfg: DistConfig, device: str) -> None:
+    """Join the process group (blocks until all `world_size` ranks have joined)."""
+    if not cfg.enabled:
+        return
+    backend = cfg.backend or ("nccl" if device.startswith("cuda") else "gloo")
+    host, _, port = cfg.address.rpartition(":")
+    log.info(
+        "joining learner group: rank %d of %d via tcp://%s (%s)",
+        cfg.rank,
+        cfg.world_size,
+        cfg.address,
+        backend,
+    )
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{host}:{port}",
+        rank=cfg.rank,
+        world_size=cfg.world_size,
+        timeout=timedelta(seconds=cfg.timeout_s),
+    )
+
+
+def leave_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class GradientAverager:
+    """Averages the gradients of `params` over all ranks with one flat all-reduce."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+
+    def __call__(self, params: Sequence[torch.nn.Parameter]) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= self.world_size
+        offset = 0
+        for p, g in zip(params, grads, strict=True):
+            n = g.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+
+
+class StepAgreement:
+    """One tiny all-reduce per step: does every rank have data, does any rank want to stop,
+    and how many transitions has the group ingested (for the samples-per-insert limiter)?
+    """
+
+    def __init__(self, device: str = "cpu") -> None:
+        self._flags = torch.zeros(3, dtype=torch.float64, device=device)
+
+    def __call__(self, ready: bool, stopping: bool, inserted: int) -> tuple[bool, bool, int]:
+        """Returns (every rank ready, any rank stopping, transitions ingested by all ranks)."""
+        self._flags[0] = 0.0 if ready else 1.0
+        self._flags[1] = 1.0 if stopping else 0.0
+        self._flags[2] = float(inserted)  # float64 counts exactly up to 2**53
+        dist.all_reduce(self._flags, op=dist.ReduceOp.SUM)
+        not_ready, stopping_ranks, total = self._flags.tolist()
+        return not_ready == 0.0, stopping_ranks > 0.0, int(total)
+
+
+def tensors_in(state: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a nested state dict, in a traversal order that is the same on every
+    rank whose state has the same structure (mapping keys sorted by their string)."""
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, Mapping):
+        for key in sorted(state, key=str):
+            yield from tensors_in(state[key])
+    elif isinstance(state, list | tuple):
+        for item in state:
+            yield from tensors_in(item)
+
+
+def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0) -> None:
+    """Overwrite `tensors` in place with rank `src`'s values."""
+    for t in tensors:
+        dist.broadcast(t, src=src)
+
+
+def broadcast_ints(values: Sequence[int], src: int = 0, device: str = "cpu") -> list[int]:
+    """Rank `src`'s integers, on every rank."""
+    t = torch.tensor(list(values), dtype=torch.int64, device=device)
+    dist.broadcast(t, src=src)
+    return [int(v) for v in t.tolist()]

@@ -1,0 +1,62 @@
+"""One rank of a data-parallel DQN group, for test_distributed.py (run as a script).
+
+Each rank starts from a different seed (so the initial sync is what makes them equal),
+trains on its own deterministic batches with gradients averaged over the group, and
+writes its final weights to a .npz file: plain arrays, nothing pickled.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.learner.distributed import (
+    DistConfig,
+    GradientAverager,
+    broadcast_tensors,
+    init_group,
+    leave_group,
+    tensors_in,
+)
+from actorq.models import MLPSpec
+
+SPEC = MLPSpec(4, 2, (16, 16))
+CONFIG = DQNConfig(batch_size=8, target_update_every=3, learning_starts=0)
+
+
+def rank_batch(rank: int, step: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1000 * step + rank)
+    b = CONFIG.batch_size
+    return {
+        "obs": rng.normal(size=(b, 4)).astype(np.float32),
+        "action": rng.integers(0, 2, size=b),
+        "reward": rng.normal(size=b).astype(np.float32),
+        "next_obs": rng.normal(size=(b, 4)).astype(np.float32),
+        "done": rng.random(b) < 0.2,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--addr", required=True)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    cfg = DistConfig(world_size=args.world_size, rank=args.rank, address=args.addr, timeout_s=30)
+    learner = DQNLearner(SPEC, CONFIG, seed=100 + args.rank)
+    init_group(cfg, "cpu")
+    learner.prime_optimizer()
+    broadcast_tensors(list(tensors_in(learner.state_dict())))
+    learner.grad_sync = GradientAverager(args.world_size)
+    for step in range(args.steps):
+        learner.update(rank_batch(args.rank, step))
+    leave_group()
+    np.savez(args.out, **learner.policy_weights())
+
+
+if __name__ == "__main__":
+    main()
