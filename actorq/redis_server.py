@@ -137,6 +137,25 @@ class EmbeddedRedis:
         self.port = port
         self._wait_ready()
 
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def restart(self) -> None:
+        """Start again on the same port and data folder, e.g. after a crash.
+
+        With append-only persistence the new server replays the log, so every write the old
+        one acknowledged is back (a killed redis-server has already written its AOF buffer
+        to the file before replying; only an OS crash could lose the last second).
+        """
+        if not self.port:
+            raise RuntimeError("EmbeddedRedis was never started")
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait()
+        self._start_once(self.executable or find_redis_executable(), self.port)
+
     def _workdir(self) -> Path:
         if self._data_dir is not None:
             self._data_dir.mkdir(parents=True, exist_ok=True)

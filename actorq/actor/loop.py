@@ -203,19 +203,25 @@ class Actor(_EnvWorker):
         batch = self.pending.batch(self.instance, self.version_of_pending, self.precision)
         try:
             acknowledged = self.writer.write(batch)
-            self.episodes.flush(self.client, self.keys, self.s.episodes_maxlen)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             return
+        # Acknowledged: forget them now, so a later error cannot send them twice.
         self.pending.clear()
         self.inserted += acknowledged
         self._backoff = 0.05
         metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(acknowledged)
-        self._respect_rate_limit()
+        try:
+            self.episodes.flush(self.client, self.keys, self.s.episodes_maxlen)
+            self._respect_rate_limit()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._on_redis_error(exc, final)
 
     def _on_redis_error(self, exc: Exception, final: bool) -> None:
         metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
         log.warning("redis unavailable (%s); holding %d transitions", exc, self.pending.count)
+        if final and self.pending.count:
+            log.warning("stopping with %d unacknowledged transitions", self.pending.count)
         if not final:
             self.stop.wait(self._backoff)
             self._backoff = min(self._backoff * 2, 2.0)

@@ -53,6 +53,8 @@ class _StatusClient:
         self.channel = make_channel(proc.address)
         self.stub = control_pb2_grpc.ControlStub(self.channel)
         self.last: control_pb2.ServiceStatus | None = None
+        self._carried: dict[str, float] = {}  # totals of earlier lives of a restarted service
+        self._seen: dict[str, float] = {}
 
     def refresh(self) -> control_pb2.ServiceStatus | None:
         # Keep the last known figures while a service is busy or restarting.
@@ -62,6 +64,14 @@ class _StatusClient:
 
     def counter(self, name: str, default: float = 0.0) -> float:
         return self.last.counters.get(name, default) if self.last else default
+
+    def total(self, name: str) -> float:
+        """A counter summed over restarts: a restarted actor counts its env steps from 0."""
+        value = self.counter(name)
+        if value < self._seen.get(name, 0.0):
+            self._carried[name] = self._carried.get(name, 0.0) + self._seen[name]
+        self._seen[name] = value
+        return self._carried.get(name, 0.0) + value
 
 
 class RunMonitor:
@@ -93,7 +103,7 @@ class RunMonitor:
     def poll(self) -> ProgressSample:
         for c in [self.learner, self.quantizer, *self.actors, self.evaluator]:
             c.refresh()
-        env_steps = int(sum(a.counter("env_steps") for a in self.actors))
+        env_steps = int(sum(a.total("env_steps") for a in self.actors))
         wall = time.perf_counter() - self.started
         self._read_episodes(env_steps, wall)
         sample = self._sample(env_steps, wall)
@@ -122,7 +132,7 @@ class RunMonitor:
         return ProgressSample(
             wall_seconds=round(wall, 3),
             env_steps=env_steps,
-            eval_env_steps=int(self.evaluator.counter("env_steps")),
+            eval_env_steps=int(self.evaluator.total("env_steps")),
             learner_updates=int(lrn.counter("updates")),
             updates_per_second=round(lrn.counter("updates_per_second"), 1),
             policy_version=int(qz.last.policy_version) if qz.last else 0,
@@ -137,7 +147,7 @@ class RunMonitor:
             broadcast_bytes_total=int(qz.counter("broadcast_bytes_total")),
             bytes_saved_total=int(qz.counter("bytes_saved_total")),
             policy_rejections=int(
-                sum(a.counter("policy_rejections") for a in [*self.actors, self.evaluator])
+                sum(a.total("policy_rejections") for a in [*self.actors, self.evaluator])
             ),
         )
 

@@ -43,6 +43,7 @@ class Summary:
     hidden: list[int]
     checkpoint: str | None
     cpu_seconds: dict[str, float]  # per service, measured just before shutdown
+    restarts: dict[str, int]  # per service (learners count as one group), incl. "redis"
 
 
 def _clean(value: Any) -> Any:

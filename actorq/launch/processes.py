@@ -52,6 +52,10 @@ class ServiceProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 

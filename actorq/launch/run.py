@@ -33,6 +33,7 @@ from actorq.launch.outputs import (
 )
 from actorq.launch.processes import ServiceProcess, stop_in_order
 from actorq.launch.progress import ProgressView
+from actorq.launch.supervisor import Supervisor
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis, check_redis, find_free_port
@@ -197,7 +198,7 @@ def run(settings: RunSettings) -> int:
             embedded = EmbeddedRedis(data_dir=run_dir / "redis", appendonly=True)
             embedded.start()
             redis_url = embedded.url
-        return _run_cluster(settings, spec, run_dir, redis_url, prefix, stop, started)
+        return _run_cluster(settings, spec, run_dir, redis_url, prefix, stop, started, embedded)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -235,12 +236,14 @@ def _run_cluster(
     prefix: str,
     stop: _StopFlag,
     started: float,
+    embedded: EmbeddedRedis | None,
 ) -> int:
     cluster = _plan(settings, run_dir, redis_url, prefix)
     write_json(
         run_dir / "config.json", _resolved_config(settings, run_dir, prefix, redis_url, cluster)
     )
     view = ProgressView(settings, run_dir)
+    supervisor = _supervisor(cluster, embedded, view)
     monitor: RunMonitor | None = None
     code = EXIT_OK
     try:
@@ -255,7 +258,7 @@ def _run_cluster(
             cluster.evaluator,
             started=started,
         )
-        code = _watch(settings, cluster, monitor, view, run_dir, stop)
+        code = _watch(settings, cluster, supervisor, monitor, view, run_dir, stop)
     except RuntimeError as exc:  # a service failed to start
         stop.reason = stop.reason or str(exc)
         code = EXIT_SERVICE_FAILED
@@ -265,7 +268,9 @@ def _run_cluster(
         stop_in_order([[*cluster.actors, cluster.evaluator], cluster.learners, [cluster.quantizer]])
         view.close()
     if monitor is not None:
-        _write_outputs(settings, spec, run_dir, monitor, stop.reason, view, cpu)
+        _write_outputs(
+            settings, spec, run_dir, monitor, stop.reason, view, cpu, dict(supervisor.restarts)
+        )
         monitor.close()
     if stop.reason.startswith("interrupted"):
         code = EXIT_INTERRUPTED
@@ -290,38 +295,67 @@ def _start(cluster: _Cluster, view: ProgressView) -> None:
         proc.wait_healthy(180)
 
 
+def _supervisor(
+    cluster: _Cluster, embedded: EmbeddedRedis | None, view: ProgressView
+) -> Supervisor:
+    units = {"quantizer": [cluster.quantizer], "learner": cluster.learners}
+    units.update({p.name: [p] for p in [*cluster.actors, cluster.evaluator]})
+    actors = {p.name for p in cluster.actors}
+
+    def finished_ok(proc: ServiceProcess, code: int) -> bool:
+        return proc.name in actors and code == 0  # the actor spent its env-step budget
+
+    def on_event(message: str) -> None:
+        log.warning("%s", message)
+        view.message(message)
+
+    return Supervisor(units, finished_ok, redis=embedded, on_event=on_event)
+
+
 def _watch(
     settings: RunSettings,
     cluster: _Cluster,
+    supervisor: Supervisor,
     monitor: RunMonitor,
     view: ProgressView,
     run_dir: Path,
     stop: _StopFlag,
 ) -> int:
     metrics_path = run_dir / "metrics.jsonl"
+    pids: dict[str, int | None] = {}
     while not stop.reason:
         time.sleep(0.5)
         sample = monitor.poll()
         append_metrics(metrics_path, sample)
         view.update(sample)
-        failed = _failed_service(cluster)
+        failed = supervisor.check()
         if failed is not None:
             stop.reason = failed
             return EXIT_SERVICE_FAILED
+        pids = _write_services(run_dir, cluster, supervisor, pids)
         stop.reason = stop.reason or _stop_reason(settings, monitor, sample)
     return EXIT_OK
 
 
-def _failed_service(cluster: _Cluster) -> str | None:
-    for proc in [cluster.quantizer, *cluster.learners, cluster.evaluator]:
-        if proc.exit_code() is not None:
-            code = proc.exit_code()
-            return f"{proc.name} exited with code {code}; see {proc.log_path}:\n{proc.tail()}"
-    for proc in cluster.actors:
-        code = proc.exit_code()
-        if code not in (None, 0):  # 0 = the actor spent its env-step budget
-            return f"{proc.name} exited with code {code}; see {proc.log_path}:\n{proc.tail()}"
-    return None
+def _write_services(
+    run_dir: Path, cluster: _Cluster, supervisor: Supervisor, before: dict[str, int | None]
+) -> dict[str, int | None]:
+    """services.json: each service's pid and restarts, rewritten when a pid changes."""
+    pids = {p.name: p.pid for p in cluster.all}
+    if supervisor.redis is not None:
+        pids["redis"] = supervisor.redis.pid
+    if pids != before:
+        restarts = supervisor.restarts
+        services = {
+            name: {"pid": pid, "restarts": restarts.get(_unit_of(name), 0)}
+            for name, pid in pids.items()
+        }
+        write_json(run_dir / "services.json", services)
+    return pids
+
+
+def _unit_of(name: str) -> str:
+    return "learner" if name.startswith("learner") else name
 
 
 def _solved(settings: RunSettings, monitor: RunMonitor) -> bool:
@@ -351,6 +385,7 @@ def _write_outputs(
     reason: str,
     view: ProgressView,
     cpu: dict[str, float | None],
+    restarts: dict[str, int],
 ) -> None:
     last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
     checkpoint = run_dir / "checkpoints" / "checkpoint.pt"
@@ -382,6 +417,7 @@ def _write_outputs(
         hidden=list(settings.hidden),
         checkpoint=str(checkpoint) if checkpoint.exists() else None,
         cpu_seconds={k: round(v, 2) for k, v in cpu.items() if v is not None},
+        restarts=restarts,
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)

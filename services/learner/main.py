@@ -137,10 +137,13 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     leave_group()
     server.stop(grace=1.0)
     log.info(
-        "learner %d stopped after %d updates, version %d",
+        "learner %d stopped after %d updates, version %d; %d transitions ingested "
+        "(this process, rebuild included), %d entries rejected",
         learner.dist.rank,
         learner.counters.updates,
         learner.version,
+        learner.storage.total_added,
+        learner.reader.rejected,
     )
     return 0
 
