@@ -137,6 +137,7 @@ def _service_env(config: ClusterConfig, **extra: str) -> dict[str, str]:
         "ACTORQ_GRPC_PORT": str(GRPC_PORT),
         "ACTORQ_METRICS_PORT": str(METRICS_PORT),
         "ACTORQ_QUANTIZER_ADDR": f"{config.container_name('quantizer')}:{GRPC_PORT}",
+        "ACTORQ_SAMPLES_PER_INSERT": "16",  # both sides of the replay ratio, as in compose
     }
     env.update(config.extra_env)
     env.update(extra)
