@@ -7,12 +7,15 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # --- build: a virtual environment with the CPU-only torch wheel and actorq ---------------
 FROM ${PYTHON_IMAGE} AS build
+# CPU wheels by default; a CUDA image for the GPU learner (deploy/k8s/overlays/scale-32-gpu):
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t actorq:cuda .
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
 # The CPU wheel index keeps the image at a few hundred MB instead of several GB of CUDA.
 RUN python -m venv /opt/venv \
- && pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+ && pip install --no-cache-dir --index-url ${TORCH_INDEX} torch==2.13.0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY actorq ./actorq
