@@ -21,6 +21,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DASHBOARD_PATH = HERE / "dashboards" / "actorq.json"
 DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # provisioning/datasources sets it
+# Actor series carry their own instance label (actor-<n> or evaluator; scrape configs use
+# honor_labels). Training panels leave the greedy evaluator out.
+ACTORS = 'instance!="evaluator"'
 WINDOW = "1m"  # rate window: >= 4 scrape intervals at the 5 s (compose) to 15 s (k8s) scrape
 
 
@@ -42,7 +45,7 @@ class Panel:
 
 
 def _q(expr: str, legend: str = "") -> Query:
-    return Query(expr.replace("$w", WINDOW), legend)
+    return Query(expr.replace("$w", WINDOW).replace("$a", ACTORS), legend)
 
 
 PANELS: list[tuple[str, list[Panel]]] = [
@@ -51,7 +54,7 @@ PANELS: list[tuple[str, list[Panel]]] = [
         [
             Panel(
                 "Env steps/s",
-                [_q("sum(rate(actorq_actor_env_steps_total[$w]))", "total")],
+                [_q("sum(rate(actorq_actor_env_steps_total{$a}[$w]))", "total")],
                 "short",
                 "stat",
                 "All actors together.",
@@ -110,7 +113,12 @@ PANELS: list[tuple[str, list[Panel]]] = [
         [
             Panel(
                 "Env steps/s per actor",
-                [_q("sum by (instance) (rate(actorq_actor_env_steps_total[$w]))", "{{instance}}")],
+                [
+                    _q(
+                        "sum by (instance) (rate(actorq_actor_env_steps_total{$a}[$w]))",
+                        "{{instance}}",
+                    )
+                ],
                 "short",
             ),
             Panel(
