@@ -10,6 +10,7 @@ so a check that can no longer fail is caught too. Needs PyYAML (the tools venv h
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -38,6 +39,33 @@ def _run(cmd: list[str], **kwargs) -> str:
     if proc.returncode != 0:
         raise CheckFailed(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}")
     return proc.stdout
+
+
+# --- environment variable names ----------------------------------------------------------
+def known_variables() -> set[str]:
+    """Every ACTORQ_* name a service reads: the fields of the *Settings dataclasses in
+    actorq/config.py (and ACTORQ_DQN_* from DQNConfig), read with ast so no import is
+    needed. A misspelt variable in compose or a manifest would be silently ignored."""
+    names = set()
+    sources = {"actorq/config.py": "ACTORQ_", "actorq/algos/dqn.py": "ACTORQ_DQN_"}
+    for path, prefix in sources.items():
+        tree = ast.parse((ROOT / path).read_text())
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if node.name == "DQNConfig" or (
+                node.name.endswith("Settings") and node.name != "RunSettings"
+            ):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        names.add(prefix + item.target.id.upper())
+    return names
+
+
+def check_variables(where: str, names: set[str]) -> None:
+    known = known_variables()
+    unknown = sorted(n for n in names if n.startswith("ACTORQ_") and n not in known)
+    _expect(not unknown, f"{where}: variables no service reads: {unknown}")
 
 
 # --- compose --------------------------------------------------------------------------
@@ -112,9 +140,21 @@ def check_compose(binary: str) -> None:
                 )
         redis = model["services"]["redis"]
         _expect("--appendonly" in redis["command"], "redis without append-only persistence")
+        check_variables(
+            "docker-compose.yml",
+            {k for s in model["services"].values() for k in s.get("environment") or {}},
+        )
+        _expect(known_variables() >= {"ACTORQ_ACTOR_INDEX", "ACTORQ_DQN_LR"}, "known variables")
+        try:  # the name check must be able to fail
+            check_variables("self-test", {"ACTORQ_ENVS_PER_ACTR"})
+        except CheckFailed:
+            pass
+        else:
+            raise CheckFailed("variable-name check accepted ACTORQ_ENVS_PER_ACTR")
         print(
             f"compose: valid; --scale actor={SCALE} gives {len(replicas)} actor replicas, "
-            f"{len(containers(model))} containers, no name or host-port collision"
+            f"{len(containers(model))} containers, no name or host-port collision, "
+            "every ACTORQ_* variable is one a service reads"
         )
         # The check must be able to fail: a fixed host port on the actor collides...
         bad = compose_config(
@@ -183,6 +223,10 @@ def inspect_workloads(docs: list[dict], overlay: str, actors: int) -> None:
     policy = _by_kind(docs, "NetworkPolicy")["redis-from-actorq-services"]["spec"]
     _expect(policy["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "redis", "netpol")
     _expect(_by_kind(docs, "Secret")["redis-auth"], "redis password secret")
+    config = _by_kind(docs, "ConfigMap")["actorq-config"]["data"]
+    env = {e["name"] for w in workloads.values() for c in w["spec"]["template"]["spec"]
+           ["containers"] for e in c.get("env", [])}  # fmt: skip
+    check_variables(f"k8s {overlay}", set(config) | env)
     learner = workloads["learner"]["spec"]["template"]["spec"]["containers"][0]
     gpus = learner["resources"].get("limits", {}).get("nvidia.com/gpu")
     _expect((gpus == 1) == overlay.endswith("-gpu"), f"{overlay}: learner GPU limit {gpus}")
