@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve clean
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve clean deploy-check dashboard
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -54,5 +54,11 @@ bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
 	$(PY) bench/bench_actor.py --quick
 
+deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
+	./scripts/check_deploy.sh
+
+dashboard:  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
+	$(PYTHON) deploy/grafana/build_dashboard.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .deploy-tools .pytest_cache .ruff_cache .mypy_cache

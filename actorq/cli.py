@@ -94,7 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"actorq {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
+    _add_healthcheck_parser(sub)
+    _add_cluster_parser(sub)
     return parser
+
+
+def _add_healthcheck_parser(sub: argparse._SubParsersAction) -> None:
+    from actorq.rpc.healthcheck import add_arguments
+
+    p = sub.add_parser("healthcheck", help="exit 0 if a service's grpc.health.v1 says SERVING")
+    add_arguments(p)
+
+
+def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
+    from actorq.cluster.cli import add_arguments
+
+    p = sub.add_parser("cluster", help="start, scale or stop a cluster of containers (Docker)")
+    add_arguments(p)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -127,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "healthcheck":
+            from actorq.rpc.healthcheck import run as healthcheck
+
+            return healthcheck(args)
+        if args.command == "cluster":
+            from actorq.cluster.cli import run as cluster
+
+            return cluster(args)
     except USER_ERRORS as exc:
         print(f"actorq: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

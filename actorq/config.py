@@ -18,6 +18,9 @@ from typing import Any, TypeVar
 
 ENV_PREFIX = "ACTORQ_"
 PRECISIONS = ("fp32", "fp16", "int8")
+# ACTORQ_ACTOR_INDEX=-1: replicas started from one template (compose --scale, a k8s
+# Deployment) claim distinct indices from a Redis counter (actorq.actor.identity).
+AUTO_ACTOR_INDEX = -1
 
 T = TypeVar("T")
 
@@ -169,7 +172,7 @@ class QuantizerSettings(CommonSettings):
 class ActorSettings(CommonSettings):
     """One actor process: a vector env, a quantized policy, a replay writer."""
 
-    actor_index: int = 0  # 0..num_actors-1; sets the Ape-X epsilon
+    actor_index: int = 0  # 0..num_actors-1; sets the Ape-X epsilon; -1 = claim one from Redis
     num_actors: int = 1  # size of the actor pool, for the epsilon spread
     evaluator: bool = False  # greedy, writes nothing to replay, reports "return"
     env_id: str = "CartPole-v1"
@@ -185,17 +188,21 @@ class ActorSettings(CommonSettings):
     episodes_maxlen: int = 100000  # cap of the episodes stream
     eval_min_interval: float = 1.0  # evaluator: seconds between round starts (caps its CPU)
     replay_stream_max_transitions: int = 1_000_000  # cap of the Redis replay stream
+    instance: str = ""  # name in logs and metrics; default actor-<index> (or evaluator)
 
     @property
     def instance_id(self) -> str:
+        if self.instance:
+            return self.instance
         return "evaluator" if self.evaluator else f"actor-{self.actor_index}"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.num_actors >= 1, f"num_actors: expected >= 1, got {self.num_actors}")
         _check(
-            0 <= self.actor_index < self.num_actors,
-            f"actor_index: expected 0..{self.num_actors - 1}, got {self.actor_index}",
+            self.actor_index == AUTO_ACTOR_INDEX or 0 <= self.actor_index < self.num_actors,
+            f"actor_index: expected 0..{self.num_actors - 1} or -1 (claim one from Redis), "
+            f"got {self.actor_index}",
         )
         _check(
             self.envs_per_actor >= 1,

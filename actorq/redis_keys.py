@@ -41,6 +41,11 @@ class RedisKeys:
         return f"{self.prefix}:learner:sampled"
 
     @property
+    def actor_index_counter(self) -> str:
+        """INCR hands each auto-numbered actor replica its own index (see actor.identity)."""
+        return f"{self.prefix}:actors:next_index"
+
+    @property
     def episodes_stream(self) -> str:
         """One entry per finished episode (actors and evaluator), for progress and plots."""
         return f"{self.prefix}:episodes"

@@ -74,7 +74,13 @@ class ServiceRuntime:
         return self.stop_event.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self.stop_event.wait(timeout)
+        if timeout is not None:
+            return self.stop_event.wait(timeout)
+        # Wake up now and then: a SIGTERM the kernel delivers to a worker thread only sets
+        # CPython's flag, and the main thread runs the handler once it is awake.
+        while not self.stop_event.wait(0.25):
+            pass
+        return True
 
 
 def run_loop(loop: Callable[[], None], runtime: ServiceRuntime, done_reason: str) -> None:

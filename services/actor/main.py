@@ -12,6 +12,7 @@ import threading
 import torch
 
 from actorq import metrics
+from actorq.actor.identity import claim_actor_index
 from actorq.actor.loop import Actor, Evaluator
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.config import ActorSettings, load_settings
@@ -26,10 +27,11 @@ log = logging.getLogger("actorq.actor")
 
 def serve(settings: ActorSettings) -> int:
     torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
-    runtime = ServiceRuntime(settings.instance_id)
     describe_env(settings.env_id)  # unknown or unsupported env: clear error before anything starts
     client = connect_redis(settings.redis_url)
     keys = RedisKeys(settings.redis_prefix)
+    settings = claim_actor_index(settings, client, keys)  # replicas of one template (-1)
+    runtime = ServiceRuntime(settings.instance_id)
     env = make_vector_env(
         settings.env_id, settings.envs_per_actor, settings.seed + 1000 * settings.actor_index
     )

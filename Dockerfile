@@ -1,0 +1,52 @@
+# One image for every actorq service; pick the process with the command:
+#   actorq-quantizer | actorq-learner | actorq-actor | actorq run ... | actorq healthcheck
+# Build: docker build -t actorq:latest .
+# Configured only through ACTORQ_* environment variables (actorq/config.py).
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# --- build: a virtual environment with the CPU-only torch wheel and actorq ---------------
+FROM ${PYTHON_IMAGE} AS build
+# CPU wheels by default; a CUDA image for the GPU learner (deploy/k8s/overlays/scale-32-gpu):
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t actorq:cuda .
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH
+# The CPU wheel index keeps the image at a few hundred MB instead of several GB of CUDA.
+RUN python -m venv /opt/venv \
+ && pip install --no-cache-dir --index-url ${TORCH_INDEX} torch==2.13.0
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY actorq ./actorq
+COPY services ./services
+RUN pip install --no-cache-dir . \
+ && python -c "import actorq, torch; print('actorq', actorq.__version__, 'torch', torch.__version__)"
+
+# --- runtime: the venv only, a non-root user -------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="actorq" \
+      org.opencontainers.image.description="ActorQ: int8 actors, fp32 learner, quantizer" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --gid 10001 actorq \
+ && useradd --uid 10001 --gid actorq --no-create-home --home-dir /work --shell /usr/sbin/nologin actorq \
+ && mkdir -p /work /checkpoints \
+ && chown actorq:actorq /work /checkpoints
+COPY --from=build /opt/venv /opt/venv
+# Inside a container every service listens on all interfaces, on the same two ports
+# (each container has its own network namespace); compose and Kubernetes rely on these.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    ACTORQ_BIND_HOST=0.0.0.0 \
+    ACTORQ_GRPC_PORT=50051 \
+    ACTORQ_METRICS_PORT=9100
+WORKDIR /work
+USER 10001:10001
+EXPOSE 50051 9100
+VOLUME ["/checkpoints"]
+# Asks the service's own grpc.health.v1 on 127.0.0.1:$ACTORQ_GRPC_PORT (exit 0 = SERVING).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=5 \
+    CMD ["python", "-m", "actorq.rpc.healthcheck"]
+CMD ["actorq", "--help"]

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Offline checks of the deployment files with the real tools (run by check_deploy.sh).
+
+    deploy_checks.py compose COMPOSE_BIN   # config is valid; --scale actor=32 collides nowhere
+    deploy_checks.py k8s KUBECTL KUBERNETES_VALIDATE  # render overlays, validate, inspect
+
+Each check also runs once on a deliberately broken input and fails if it does not notice,
+so a check that can no longer fail is caught too. Needs PyYAML (the tools venv has it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCALE = 32
+OVERLAYS = {"dev": 2, "scale-32": 32, "scale-32-gpu": 32}  # overlay -> actor replicas
+ACTORQ_ROLES = ("quantizer", "learner", "actor", "evaluator")
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def _run(cmd: list[str], **kwargs) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
+    if proc.returncode != 0:
+        raise CheckFailed(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc.stdout
+
+
+# --- environment variable names ----------------------------------------------------------
+def known_variables() -> set[str]:
+    """Every ACTORQ_* name a service reads: the fields of the *Settings dataclasses in
+    actorq/config.py (and ACTORQ_DQN_* from DQNConfig), read with ast so no import is
+    needed. A misspelt variable in compose or a manifest would be silently ignored."""
+    names = set()
+    sources = {"actorq/config.py": "ACTORQ_", "actorq/algos/dqn.py": "ACTORQ_DQN_"}
+    for path, prefix in sources.items():
+        tree = ast.parse((ROOT / path).read_text())
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if node.name == "DQNConfig" or (
+                node.name.endswith("Settings") and node.name != "RunSettings"
+            ):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        names.add(prefix + item.target.id.upper())
+    return names
+
+
+def check_variables(where: str, names: set[str]) -> None:
+    known = known_variables()
+    unknown = sorted(n for n in names if n.startswith("ACTORQ_") and n not in known)
+    _expect(not unknown, f"{where}: variables no service reads: {unknown}")
+
+
+# --- compose --------------------------------------------------------------------------
+def compose_config(binary: str, *overrides: Path) -> dict:
+    """The binary's resolved model (as `docker compose config --format json`)."""
+    files = ["-f", str(ROOT / "docker-compose.yml")]
+    for path in overrides:
+        files += ["-f", str(path)]
+    return json.loads(_run([binary, *files, "config", "--format", "json"], cwd=ROOT))
+
+
+def scale_override(tmp: Path, service: str, replicas: int, extra: dict | None = None) -> Path:
+    """`--scale actor=32` as a file: compose's `config` has no --scale flag, but the
+    binary resolves deploy.replicas from an override exactly like --scale sets it."""
+    path = tmp / f"scale-{service}-{replicas}.yml"
+    service_doc = {"deploy": {"replicas": replicas}, **(extra or {})}
+    path.write_text(yaml.safe_dump({"services": {service: service_doc}}))
+    return path
+
+
+def containers(model: dict) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """(service, container name, host ports) for every replica compose would start."""
+    project = model["name"]
+    out = []
+    for name, service in model["services"].items():
+        replicas = int((service.get("deploy") or {}).get("replicas") or service.get("scale") or 1)
+        ports = [
+            (p.get("host_ip", ""), str(p["published"]), p.get("protocol", "tcp"))
+            for p in service.get("ports", [])
+            if p.get("published")
+        ]
+        for i in range(1, replicas + 1):
+            cname = service.get("container_name") or f"{project}-{name}-{i}"
+            out.append((name, cname, ports))
+    return out
+
+
+def collisions(model: dict) -> list[str]:
+    """Container names or host ports that two containers would both claim."""
+    seen_names: dict[str, str] = {}
+    seen_ports: dict[tuple[str, str, str], str] = {}
+    problems = []
+    for service, cname, ports in containers(model):
+        if cname in seen_names:
+            problems.append(f"container name {cname} ({service} and {seen_names[cname]})")
+        seen_names[cname] = service
+        for port in ports:
+            if port in seen_ports:
+                problems.append(f"host port {port[1]}/{port[2]} ({cname} and {seen_ports[port]})")
+            seen_ports[port] = cname
+    return problems
+
+
+def check_compose(binary: str) -> None:
+    _run([binary, "-f", str(ROOT / "docker-compose.yml"), "config", "-q"], cwd=ROOT)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = compose_config(binary, scale_override(Path(tmp), "actor", SCALE))
+        actor = model["services"]["actor"]
+        _expect(actor["deploy"]["replicas"] == SCALE, f"actor replicas: {actor['deploy']}")
+        _expect("container_name" not in actor, "actor must not set container_name")
+        _expect(not actor.get("ports"), f"actor must publish no host ports: {actor.get('ports')}")
+        replicas = [c for c in containers(model) if c[0] == "actor"]
+        _expect(len(replicas) == SCALE, f"expected {SCALE} actor containers, got {len(replicas)}")
+        problems = collisions(model)
+        _expect(not problems, f"collisions at --scale actor={SCALE}: {problems}")
+        for name, service in model["services"].items():
+            _expect("healthcheck" in service, f"service {name} has no healthcheck")
+            for dep, cond in (service.get("depends_on") or {}).items():
+                _expect(
+                    cond["condition"] == "service_healthy",
+                    f"{name} depends on {dep} without condition: service_healthy",
+                )
+        redis = model["services"]["redis"]
+        _expect("--appendonly" in redis["command"], "redis without append-only persistence")
+        check_variables(
+            "docker-compose.yml",
+            {k for s in model["services"].values() for k in s.get("environment") or {}},
+        )
+        _expect(known_variables() >= {"ACTORQ_ACTOR_INDEX", "ACTORQ_DQN_LR"}, "known variables")
+        try:  # the name check must be able to fail
+            check_variables("self-test", {"ACTORQ_ENVS_PER_ACTR"})
+        except CheckFailed:
+            pass
+        else:
+            raise CheckFailed("variable-name check accepted ACTORQ_ENVS_PER_ACTR")
+        print(
+            f"compose: valid; --scale actor={SCALE} gives {len(replicas)} actor replicas, "
+            f"{len(containers(model))} containers, no name or host-port collision, "
+            "every ACTORQ_* variable is one a service reads"
+        )
+        # The check must be able to fail: a fixed host port on the actor collides...
+        bad = compose_config(
+            binary,
+            scale_override(Path(tmp), "actor", SCALE, {"ports": ["9100:9100"]}),
+        )
+        _expect(collisions(bad), "collision check missed a fixed actor host port")
+        # ...and the binary itself refuses a fixed container name on a scaled service.
+        named = scale_override(Path(tmp), "actor", SCALE, {"container_name": "actor"})
+        proc = subprocess.run(
+            [binary, "-f", str(ROOT / "docker-compose.yml"), "-f", str(named), "config", "-q"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+        _expect(proc.returncode != 0, "compose accepted container_name on a scaled service")
+        print("compose: self-test caught a fixed host port and a fixed container name")
+
+
+# --- kubernetes -------------------------------------------------------------------------
+def render(kubectl: str, overlay: str) -> list[dict]:
+    text = _run([kubectl, "kustomize", str(ROOT / "deploy" / "k8s" / "overlays" / overlay)])
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def validate(validator: str, docs: list[dict], label: str) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=f"-{label}.yaml", delete=False) as f:
+        yaml.safe_dump_all(docs, f)
+    try:
+        _run([validator, "--strict", "--quiet", f.name])
+    finally:
+        Path(f.name).unlink()
+
+
+def _by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def _workloads(docs: list[dict]) -> dict[str, dict]:
+    return {**_by_kind(docs, "Deployment"), **_by_kind(docs, "StatefulSet")}
+
+
+def inspect_workloads(docs: list[dict], overlay: str, actors: int) -> None:
+    workloads = _workloads(docs)
+    _expect(set(workloads) == {"redis", *ACTORQ_ROLES}, f"workloads: {sorted(workloads)}")
+    _expect(workloads["actor"]["spec"]["replicas"] == actors, f"{overlay}: actor replicas")
+    _expect(_by_kind(docs, "StatefulSet").keys() == {"redis", "learner"}, "statefulsets")
+    for name, work in workloads.items():
+        pod = work["spec"]["template"]["spec"]
+        _expect(pod["securityContext"]["runAsNonRoot"] is True, f"{name}: runAsNonRoot")
+        for c in pod["containers"]:
+            sec = c["securityContext"]
+            _expect(sec["readOnlyRootFilesystem"] is True, f"{name}: readOnlyRootFilesystem")
+            _expect(sec["allowPrivilegeEscalation"] is False, f"{name}: privilege escalation")
+            _expect({"requests", "limits"} <= set(c["resources"]), f"{name}: resources")
+            if name in ACTORQ_ROLES:
+                for probe in ("readinessProbe", "livenessProbe"):
+                    _expect(c[probe]["grpc"]["port"] == 50051, f"{name}: native gRPC {probe}")
+                notes = work["spec"]["template"]["metadata"]["annotations"]
+                _expect(notes["prometheus.io/scrape"] == "true", f"{name}: scrape annotation")
+    for claim_owner in ("redis", "learner"):
+        _expect(workloads[claim_owner]["spec"]["volumeClaimTemplates"], f"{claim_owner}: PVC")
+    hpa = _by_kind(docs, "HorizontalPodAutoscaler")["actor"]["spec"]
+    _expect(hpa["minReplicas"] <= actors <= hpa["maxReplicas"], f"{overlay}: HPA range")
+    policy = _by_kind(docs, "NetworkPolicy")["redis-from-actorq-services"]["spec"]
+    _expect(policy["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "redis", "netpol")
+    _expect(_by_kind(docs, "Secret")["redis-auth"], "redis password secret")
+    config = _by_kind(docs, "ConfigMap")["actorq-config"]["data"]
+    env = {e["name"] for w in workloads.values() for c in w["spec"]["template"]["spec"]
+           ["containers"] for e in c.get("env", [])}  # fmt: skip
+    check_variables(f"k8s {overlay}", set(config) | env)
+    learner = workloads["learner"]["spec"]["template"]["spec"]["containers"][0]
+    gpus = learner["resources"].get("limits", {}).get("nvidia.com/gpu")
+    _expect((gpus == 1) == overlay.endswith("-gpu"), f"{overlay}: learner GPU limit {gpus}")
+
+
+def check_k8s(kubectl: str, validator: str) -> None:
+    for overlay, actors in OVERLAYS.items():
+        docs = render(kubectl, overlay)
+        validate(validator, docs, overlay)
+        inspect_workloads(docs, overlay, actors)
+        print(f"k8s {overlay}: {len(docs)} objects, valid (--strict), {actors} actors")
+    # The validator must be able to fail: a misspelt field is refused under --strict.
+    broken = render(kubectl, "dev")
+    _workloads(broken)["actor"]["spec"]["replica"] = 3
+    try:
+        validate(validator, broken, "broken")
+    except CheckFailed:
+        print("k8s: self-test: kubernetes-validate --strict refused a misspelt field")
+    else:
+        raise CheckFailed("kubernetes-validate --strict accepted spec.replica")
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv[:1] == ["compose"] and len(argv) == 2:
+            check_compose(argv[1])
+        elif argv[:1] == ["k8s"] and len(argv) == 3:
+            check_k8s(argv[1], argv[2])
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    except CheckFailed as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
