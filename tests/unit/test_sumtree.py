@@ -152,15 +152,24 @@ def test_find_never_returns_zero_or_padding_leaves() -> None:
 
 
 @pytest.mark.parametrize("k", (2, 8, 16, 64))
-def test_layout_is_one_aligned_array_with_cache_line_groups(k: int) -> None:
+def test_layout_is_one_aligned_array_of_child_group_blocks(k: int) -> None:
     capacity = 2**12 + 3
     tree = SumTree(capacity, k)
-    assert tree._sums.base is tree._prefix.base  # one allocation
-    assert tree._sums.ctypes.data % 64 == 0
-    assert all(int(offset) % k == 0 for offset in tree._offsets)  # groups start on K
+    assert tree._tree.ctypes.data % 64 == 0  # one allocation, cache-line aligned
+    assert all(int(offset) % (2 * k) == 0 for offset in tree._offsets)  # whole blocks
     assert k ** (tree.height - 1) < capacity <= k**tree.height
-    # only the part that can be non-zero is stored: ~capacity * K/(K-1) nodes, not K**height
-    assert tree.nbytes <= 2 * 8 * (capacity * k / (k - 1) + k * (tree.height + 1) + 8)
+    tree.set(np.arange(capacity), np.ones(capacity))
+    block = tree._offsets[tree.height]  # the first leaf block: K sums, then K running sums
+    np.testing.assert_array_equal(
+        tree._tree[block : block + 2 * k], [1.0] * k + list(range(1, k + 1))
+    )
+    # only the part that can be non-zero is stored: ~2 * capacity * K/(K-1) values
+    assert tree.nbytes <= 8 * 2 * (capacity * k / (k - 1) + 2 * k * (tree.height + 1))
+
+
+def test_branching_must_be_a_power_of_two() -> None:
+    with pytest.raises(ValueError, match="branching must be a power of two >= 2, got 12"):
+        SumTree(100, 12)
 
 
 def test_default_branching_and_float32() -> None:
@@ -200,7 +209,7 @@ def test_out_of_range_indices_raise_index_error(bad_index: int) -> None:
 def test_other_bad_input() -> None:
     with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
         SumTree(0)
-    with pytest.raises(ValueError, match="branching must be >= 2, got 1"):
+    with pytest.raises(ValueError, match="branching must be a power of two >= 2, got 1"):
         SumTree(10, 1)
     with pytest.raises(ValueError, match="dtype must be float64 or float32"):
         SumTree(10, dtype=np.int32)
