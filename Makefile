@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve clean deploy-check dashboard
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -49,6 +49,13 @@ bench: $(STAMP)  ## print the benchmark tables recorded in BENCHMARKS.md (sectio
 
 bench-solve: $(STAMP)  ## time to solve CartPole-v1, int8 vs fp32, 3 seeds (BENCHMARKS.md section 5; ~10 min)
 	$(PY) bench/bench_solve.py --seeds 0,1,2 --precisions int8,fp32
+
+# cpprb and TorchRL are benchmark contestants only, never runtime dependencies.
+BENCH_SUMTREE_LIBS := cpprb==11.0.0 torchrl==0.13.3
+
+bench-sumtree: $(STAMP)  ## K-ary sum tree vs K=2, cpprb, TorchRL (BENCHMARKS.md "K-ary sum tree"; ARGS=--quick)
+	$(PY) -m pip install --quiet $(BENCH_SUMTREE_LIBS)
+	$(PY) bench/bench_sumtree.py $(ARGS)
 
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick

@@ -1,7 +1,7 @@
 """Samplers: which rows of the storage go into the next training batch.
 
-`Sampler` is the seam: uniform sampling today, a prioritized sampler on a K-ary sum tree
-later. The storage never knows which one is in use.
+`Sampler` is the seam: `UniformSampler` here, `actorq.replay.prioritized.PrioritizedSampler`
+on a K-ary sum tree. The storage never knows which one is in use.
 """
 
 from __future__ import annotations
@@ -16,10 +16,15 @@ from actorq.replay.storage import ReplayStorage
 
 @dataclass(frozen=True)
 class SampleResult:
-    """Row indices to read, and the importance weight of each (1.0 for uniform)."""
+    """Row indices to read, and the importance weight of each (1.0 for uniform).
+
+    `generations` (prioritized sampling only) says which insert of each row was sampled;
+    pass it back to `update_priorities` so an update never lands on a newer row.
+    """
 
     indices: np.ndarray  # int64 [batch_size]
     weights: np.ndarray  # float32 [batch_size]
+    generations: np.ndarray | None = None  # int64 [batch_size]
 
 
 @runtime_checkable
