@@ -79,6 +79,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         help="replay ratio enforced between learner and actors",
     )
     p.add_argument(
+        "--replay",
+        default=d.replay,
+        choices=["uniform", "prioritized"],
+        help="replay sampling: uniform, or prioritized on a K-ary sum tree (ACTORQ_PER_* tune it)",
+    )
+    p.add_argument(
         "--learners",
         type=int,
         default=d.learners,
@@ -130,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         eval_envs=args.eval_envs,
         samples_per_insert=args.samples_per_insert,
         learners=args.learners,
+        replay=args.replay,
     )
     from actorq.launch.run import run  # imports torch etc. only when needed
 

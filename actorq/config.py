@@ -25,6 +25,9 @@ AUTO_ACTOR_INDEX = -1
 T = TypeVar("T")
 
 
+REPLAY_KINDS = ("uniform", "prioritized")
+
+
 class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message names it."""
 
@@ -237,6 +240,10 @@ class LearnerSettings(CommonSettings):
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
     device: str = "cpu"
     torch_threads: int = 1
+    replay: str = "uniform"  # sampler: uniform | prioritized (K-ary sum tree, lazy writing)
+    per_alpha: float = 0.6  # prioritization exponent: stored priority = (|td| + eps) ** alpha
+    per_beta: float = 0.4  # importance-sampling exponent at the start ...
+    per_beta_steps: int = 100000  # ... annealed linearly to 1.0 over this many updates
     # Data-parallel learners (see actorq.learner.distributed): this process is `rank` of
     # `world_size`; rank 0 hosts the rendezvous at `dist_addr` and alone publishes.
     world_size: int = 1
@@ -247,6 +254,15 @@ class LearnerSettings(CommonSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check(
+            self.replay in REPLAY_KINDS,
+            f"replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
+        )
+        _check(self.per_alpha >= 0, f"per_alpha: expected >= 0, got {self.per_alpha}")
+        _check(0 <= self.per_beta <= 1, f"per_beta: expected in [0, 1], got {self.per_beta}")
+        _check(
+            self.per_beta_steps >= 1, f"per_beta_steps: expected >= 1, got {self.per_beta_steps}"
+        )
         _check(self.world_size >= 1, f"world_size: expected >= 1, got {self.world_size}")
         _check(
             0 <= self.rank < self.world_size,
@@ -298,8 +314,13 @@ class RunSettings:
     eval_envs: int = 25  # evaluator envs: 4 rounds of 25 make the 100-episode mean
     samples_per_insert: float = 16.0
     learners: int = 1  # data-parallel learner processes (gradients all-reduced)
+    replay: str = "uniform"  # uniform | prioritized
 
     def __post_init__(self) -> None:
+        _check(
+            self.replay in REPLAY_KINDS,
+            f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
+        )
         _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
         _check(
             self.algo == "dqn",

@@ -35,6 +35,7 @@ class ProgressSample:
     loss: float
     replay_size: int
     learner_wait_fraction: float
+    learner_sample_fraction: float
     blob_bytes: int
     broadcast_bytes_total: int
     bytes_saved_total: int
@@ -143,6 +144,7 @@ class RunMonitor:
             loss=lrn.counter("loss", float("nan")),
             replay_size=int(lrn.counter("replay_size")),
             learner_wait_fraction=round(lrn.counter("wait_fraction"), 4),
+            learner_sample_fraction=round(lrn.counter("sample_fraction"), 4),
             blob_bytes=int(qz.counter("blob_bytes")),
             broadcast_bytes_total=int(qz.counter("broadcast_bytes_total")),
             bytes_saved_total=int(qz.counter("bytes_saved_total")),

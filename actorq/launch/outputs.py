@@ -21,6 +21,7 @@ class Summary:
     precision: str
     actors: int
     learners: int
+    replay: str
     envs_per_actor: int
     env_steps: int
     learner_updates: int
@@ -38,7 +39,8 @@ class Summary:
     eval_episodes: int
     train_episodes: int
     policy_rejections: int
-    learner_wait_fraction: float
+    learner_wait_fraction: float  # waiting for data (rate limiter, warm-up)
+    learner_sample_fraction: float  # choosing rows and copying them out of the replay
     seed: int
     hidden: list[int]
     checkpoint: str | None

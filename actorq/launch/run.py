@@ -122,6 +122,7 @@ def _learner(
         "ACTORQ_SEED": str(settings.seed),
         "ACTORQ_QUANTIZER_ADDR": qaddr,
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
+        "ACTORQ_REPLAY": settings.replay,
         "ACTORQ_WORLD_SIZE": str(settings.learners),
         "ACTORQ_RANK": str(rank),
         "ACTORQ_DIST_ADDR": dist_addr,
@@ -334,6 +335,9 @@ def _watch(
             return EXIT_SERVICE_FAILED
         pids = _write_services(run_dir, cluster, supervisor, pids)
         stop.reason = stop.reason or _stop_reason(settings, monitor, sample)
+        if not stop.reason and supervisor.finished([p.name for p in cluster.actors]):
+            # Each actor's share of the budget is spent; their last status may predate it.
+            stop.reason = f"env-step budget {settings.max_env_steps} spent"
     return EXIT_OK
 
 
@@ -395,6 +399,7 @@ def _write_outputs(
         precision=settings.precision,
         actors=settings.actors,
         learners=settings.learners,
+        replay=settings.replay,
         envs_per_actor=settings.envs_per_actor,
         env_steps=last.env_steps if last else 0,
         learner_updates=last.learner_updates if last else 0,
@@ -413,6 +418,7 @@ def _write_outputs(
         train_episodes=last.train_episodes if last else 0,
         policy_rejections=last.policy_rejections if last else 0,
         learner_wait_fraction=last.learner_wait_fraction if last else 0.0,
+        learner_sample_fraction=last.learner_sample_fraction if last else 0.0,
         seed=settings.seed,
         hidden=list(settings.hidden),
         checkpoint=str(checkpoint) if checkpoint.exists() else None,

@@ -120,6 +120,10 @@ class Supervisor:
         self.on_event(f"restarted redis (restart {self.restarts['redis']})")
         return None
 
+    def finished(self, names: Sequence[str]) -> bool:
+        """Whether every unit in `names` exited as finished (e.g. actors past their budget)."""
+        return all(name in self._done for name in names)
+
     @property
     def total_restarts(self) -> int:
         return sum(self.restarts.values())

@@ -31,7 +31,14 @@ from actorq.learner.distributed import (
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
-from actorq.replay import RedisReplayReader, ReplayStorage, SampleToInsertRatio, UniformSampler
+from actorq.replay import (
+    PrioritizedSampler,
+    RedisReplayReader,
+    ReplayStorage,
+    Sampler,
+    SampleToInsertRatio,
+    UniformSampler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,7 @@ class LearnerCounters:
     started: float = field(default_factory=time.perf_counter)
     last_loss: float = float("nan")
     checkpoints: int = 0
+    sample_seconds: float = 0.0  # time spent choosing and copying replay rows
 
 
 class Learner:
@@ -77,7 +85,7 @@ class Learner:
         self.publisher = publisher
         self.dqn = DQNLearner(spec, dqn_config, device=settings.device, seed=settings.seed)
         self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim)
-        self.sampler = UniformSampler()
+        self.sampler = make_sampler(settings)
         self.reader = RedisReplayReader(
             client, keys, self.storage, self.sampler, shard=self.dist.shard()
         )
@@ -216,10 +224,15 @@ class Learner:
         metrics.LEARNER_WAIT_SECONDS.inc(waited)
 
     def _update(self) -> None:
+        started = time.perf_counter()
         sample = self.sampler.sample(self.storage, self.cfg.batch_size, self.rng)
         batch = self.storage.get(sample.indices)
+        self.counters.sample_seconds += time.perf_counter() - started
         result = self.dqn.update(batch, sample.weights)
-        self.sampler.update_priorities(sample.indices, result.td_abs)
+        if isinstance(self.sampler, PrioritizedSampler):
+            self.sampler.update_priorities(
+                sample.indices, result.td_abs, generations=sample.generations
+            )
         self.counters.updates += 1
         self.counters.sampled += self.cfg.batch_size
         self.counters.last_loss = result.loss
@@ -289,5 +302,28 @@ class Learner:
         self.checkpoint()
 
     def wait_fraction(self) -> float:
+        """Share of wall time the learner waited for replay data (rate limiter or empty)."""
         elapsed = time.perf_counter() - self.counters.started
         return self.counters.wait_seconds / elapsed if elapsed > 0 else 0.0
+
+    def sample_fraction(self) -> float:
+        """Share of wall time spent sampling rows and copying them out of the mirror."""
+        elapsed = time.perf_counter() - self.counters.started
+        return self.counters.sample_seconds / elapsed if elapsed > 0 else 0.0
+
+
+def make_sampler(settings: LearnerSettings) -> Sampler:
+    """The learner's sampler, by `settings.replay`.
+
+    Prioritized replay after a restart: rows rebuilt from the Redis stream enter at the
+    running max priority (1.0 on a fresh sampler), like new rows, so each is sampled and
+    re-scored soon; priorities themselves are not persisted (documented fallback).
+    """
+    if settings.replay == "prioritized":
+        return PrioritizedSampler(
+            settings.replay_capacity,
+            alpha=settings.per_alpha,
+            beta=settings.per_beta,
+            beta_steps=settings.per_beta_steps,
+        )
+    return UniformSampler()

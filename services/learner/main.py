@@ -91,6 +91,7 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "replay_inserted": learner.storage.total_added,
                 "replay_rejected": learner.reader.rejected,
                 "wait_fraction": learner.wait_fraction(),
+                "sample_fraction": learner.sample_fraction(),
                 "checkpoints": c.checkpoints,
                 "publish_failures": publisher.failures if publisher else 0,
                 "blob_bytes": publisher.blob_bytes if publisher else 0,

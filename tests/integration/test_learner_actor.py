@@ -24,7 +24,7 @@ from actorq.quant import parse_precision
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
-from actorq.replay import decode_batch
+from actorq.replay import PrioritizedSampler, decode_batch
 from actorq.rpc import GrpcServer
 
 SPEC = MLPSpec(obs_dim=4, num_outputs=2, hidden=(32, 32))
@@ -48,6 +48,7 @@ def _learner(
     ckpt: Path,
     stop: threading.Event,
     max_updates: int,
+    replay: str = "uniform",
 ) -> Learner:
     settings = LearnerSettings(
         redis_url=redis_url,
@@ -59,6 +60,7 @@ def _learner(
         checkpoint_every=1000,
         max_updates=max_updates,
         samples_per_insert=4.0,
+        replay=replay,
     )
     store = PolicyStore(client, keys)
     publisher = WeightsPublisher(
@@ -136,6 +138,49 @@ def test_transitions_flow_and_versions_advance_then_resume(
     resumed.train()
     resumed.finish()
     assert resumed.counters.updates == 160
+
+
+def test_prioritized_learner_scores_rows_by_td_error_and_rebuilds_at_max_priority(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    stop = threading.Event()
+    learner = _learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 100, "prioritized"
+    )
+    assert isinstance(learner.sampler, PrioritizedSampler)
+    learner.restore()
+    learner.start()
+    actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=2000)
+    actor_thread = threading.Thread(target=actor.run)
+    actor_thread.start()
+    learner.train()
+    actor_thread.join(timeout=60)
+    learner.finish()
+    follower.stop()
+    assert learner.counters.updates == 100
+    rows = np.arange(len(learner.storage))
+    priorities = learner.sampler.priorities(rows)
+    # sampled rows got (|td| + eps) ** alpha; the rest still hold the running max
+    assert np.all(priorities > 0)
+    assert len(np.unique(priorities)) > 100
+    assert learner.sampler.max_priority > 0
+
+    # documented fallback: after a restart every rebuilt row enters at the max priority
+    resumed = _learner(
+        redis_url,
+        redis_keys,
+        redis_client,
+        quantizer,
+        tmp_path,
+        threading.Event(),
+        100,
+        "prioritized",
+    )
+    resumed.restore()
+    rebuilt = resumed.sampler.priorities(np.arange(len(resumed.storage)))
+    assert len(resumed.storage) == actor.inserted
+    np.testing.assert_array_equal(rebuilt, np.full(len(rebuilt), resumed.sampler.max_priority))
+    resumed.publisher.close()
 
 
 def test_evaluator_writes_episodes_but_no_replay(
