@@ -46,37 +46,52 @@ class Contestant:
     results: dict[str, list[float]] = field(default_factory=dict)  # op -> calls/s per round
 
 
-def actorq_tree(capacity: int, k: int, batch: int, rng: np.random.Generator) -> Contestant:
+class Batches:
+    """Pre-drawn batches, cycled, so no contestant's timing includes drawing random numbers:
+    contiguous insert blocks (a ring buffer's next rows), random update rows, priorities."""
+
+    def __init__(self, capacity: int, batch: int, rng: np.random.Generator, count: int = 64):
+        self.inserts = [(i * batch + np.arange(batch)) % capacity for i in range(count)]
+        self.updates = [rng.integers(0, capacity, batch) for _ in range(count)]
+        self.values = [rng.random(batch) + 0.01 for _ in range(count)]
+        self._next = 0
+
+    def next(self) -> int:
+        self._next = (self._next + 1) % len(self.values)
+        return self._next
+
+
+def actorq_tree(capacity: int, k: int, pool: Batches, rng: np.random.Generator) -> Contestant:
     tree = SumTree(capacity, k)
     tree.set(np.arange(capacity), rng.random(capacity) + 0.01)
-    cursor = [0]
+    batch = len(pool.values[0])
 
     def insert() -> None:
-        start = cursor[0]
-        tree.set((start + np.arange(batch)) % capacity, rng.random(batch) + 0.01)
-        cursor[0] = (start + batch) % capacity
+        i = pool.next()
+        tree.set(pool.inserts[i], pool.values[i])
 
     def update() -> None:
-        tree.set(rng.integers(0, capacity, batch), rng.random(batch) + 0.01)
+        i = pool.next()
+        tree.set(pool.updates[i], pool.values[i])
 
     ops = {"insert": insert, "update": update, "sample": lambda: tree.sample(batch, rng)}
     return Contestant(f"actorq K={k}", ops)
 
 
-def actorq_sampler(capacity: int, batch: int, rng: np.random.Generator) -> Contestant:
+def actorq_sampler(capacity: int, pool: Batches, rng: np.random.Generator) -> Contestant:
     sampler = PrioritizedSampler(capacity)
     sampler.on_insert(np.arange(capacity), priorities=rng.random(capacity))
     sampler.flush()
-    cursor = [0]
+    batch = len(pool.values[0])
 
     def insert() -> None:
-        start = cursor[0]
-        sampler.on_insert((start + np.arange(batch)) % capacity, priorities=rng.random(batch))
+        i = pool.next()
+        sampler.on_insert(pool.inserts[i], priorities=pool.values[i])
         sampler.flush()
-        cursor[0] = (start + batch) % capacity
 
     def update() -> None:
-        sampler.update_priorities(rng.integers(0, capacity, batch), rng.random(batch))
+        i = pool.next()
+        sampler.update_priorities(pool.updates[i], pool.values[i])
         sampler.flush()
 
     ops = {
@@ -87,28 +102,29 @@ def actorq_sampler(capacity: int, batch: int, rng: np.random.Generator) -> Conte
     return Contestant(f"actorq PrioritizedSampler K={sampler.branching}", ops)
 
 
-def cpprb_buffer(capacity: int, batch: int, rng: np.random.Generator) -> Contestant | None:
+def cpprb_buffer(capacity: int, pool: Batches, rng: np.random.Generator) -> Contestant | None:
     try:
         from cpprb import PrioritizedReplayBuffer
     except ImportError:
         return None
     buffer = PrioritizedReplayBuffer(capacity, {"obs": {"shape": 1}}, alpha=0.6)
+    batch = len(pool.values[0])
     zeros = np.zeros((batch, 1))
     for _ in range(capacity // batch):
         buffer.add(obs=zeros, priorities=rng.random(batch) + 0.01)
 
-    def update() -> None:
-        buffer.update_priorities(rng.integers(0, capacity, batch), rng.random(batch) + 0.01)
+    def insert() -> None:
+        buffer.add(obs=zeros, priorities=pool.values[pool.next()])
 
-    ops = {
-        "insert": lambda: buffer.add(obs=zeros, priorities=rng.random(batch) + 0.01),
-        "update": update,
-        "sample": lambda: buffer.sample(batch, beta=0.4),
-    }
+    def update() -> None:
+        i = pool.next()
+        buffer.update_priorities(pool.updates[i], pool.values[i])
+
+    ops = {"insert": insert, "update": update, "sample": lambda: buffer.sample(batch, beta=0.4)}
     return Contestant("cpprb 11 PrioritizedReplayBuffer", ops)
 
 
-def torchrl_tree(capacity: int, batch: int, rng: np.random.Generator) -> Contestant | None:
+def torchrl_tree(capacity: int, pool: Batches, rng: np.random.Generator) -> Contestant | None:
     try:
         import torch
         from torchrl._torchrl import SumSegmentTreeFp64
@@ -116,17 +132,18 @@ def torchrl_tree(capacity: int, batch: int, rng: np.random.Generator) -> Contest
         return None
     tree = SumSegmentTreeFp64(capacity)
     tree[torch.arange(capacity)] = torch.rand(capacity, dtype=torch.float64) + 0.01
-    cursor = [0]
+    inserts = [torch.from_numpy(x) for x in pool.inserts]
+    updates = [torch.from_numpy(x) for x in pool.updates]
+    values = [torch.from_numpy(x) for x in pool.values]
+    batch = len(pool.values[0])
 
     def insert() -> None:
-        start = cursor[0]
-        index = (start + torch.arange(batch)) % capacity
-        tree[index] = torch.rand(batch, dtype=torch.float64) + 0.01
-        cursor[0] = (start + batch) % capacity
+        i = pool.next()
+        tree[inserts[i]] = values[i]
 
     def update() -> None:
-        index = torch.randint(0, capacity, (batch,))
-        tree[index] = torch.rand(batch, dtype=torch.float64) + 0.01
+        i = pool.next()
+        tree[updates[i]] = values[i]
 
     def sample() -> None:
         total = tree.query(0, capacity)
@@ -150,13 +167,17 @@ def torchrl_status() -> str:
     return f"{torchrl.__version__}"
 
 
+CLOCK = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCK["wall"]
+
+
 def calls_per_second(fn: Callable[[], None], seconds: float) -> float:
     fn()
-    calls, start = 0, time.perf_counter()
+    calls, start = 0, clock()
     while True:
         fn()
         calls += 1
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
         if elapsed >= seconds:
             return calls / elapsed
 
@@ -217,7 +238,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.2, help="per op, contestant, round")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCK),
+        default="wall",
+        help="wall: elapsed time; cpu: this thread's CPU time (ignores time other processes "
+        "take the core away, not their cache pressure)",
+    )
     args = parser.parse_args()
+    global clock
+    clock = CLOCK[args.clock]
     if args.quick:
         args.capacities, args.rounds, args.seconds = "17,20", 3, 0.1
     import cpprb  # noqa: F401 - fail early with a clear message when missing
@@ -225,22 +255,18 @@ def main() -> None:
     cold, warm = compile_seconds()
     print(f"numba first call: {cold:.1f} s with an empty cache (compile), {warm:.1f} s cached")
     print(f"TorchRL: {torchrl_status()}; default K = {DEFAULT_BRANCHING}")
-    print(f"rounds {args.rounds} x {args.seconds} s per cell, best round")
+    print(f"rounds {args.rounds} x {args.seconds} s per cell, best round, {args.clock} clock")
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
     rng = np.random.default_rng(0)
     for log2 in (int(x) for x in args.capacities.split(",")):
         capacity = 2**log2
-        contestants = [
-            actorq_tree(capacity, int(k), args.batch, rng) for k in args.branchings.split(",")
-        ]
-        contestants.append(actorq_sampler(capacity, args.batch, rng))
-        contestants += [
-            c
-            for c in (
-                cpprb_buffer(capacity, args.batch, rng),
-                torchrl_tree(capacity, args.batch, rng),
-            )
-            if c
-        ]
+        pool = Batches(capacity, args.batch, rng)
+        contestants = [actorq_tree(capacity, int(k), pool, rng) for k in args.branchings.split(",")]
+        contestants.append(actorq_sampler(capacity, pool, rng))
+        for library in (cpprb_buffer, torchrl_tree):
+            contestant = library(capacity, pool, rng)
+            if contestant is not None:
+                contestants.append(contestant)
         measure(contestants, args.rounds, args.seconds)
         print_table(capacity, args.batch, contestants)
         sys.stdout.flush()

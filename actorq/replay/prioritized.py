@@ -39,26 +39,30 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from actorq.replay.sampler import SampleResult
 from actorq.replay.storage import ReplayStorage
-from actorq.replay.sumtree import DEFAULT_BRANCHING, SumTree
+from actorq.replay.sumtree import DEFAULT_BRANCHING, SumTree, _set_kernel
 
 _NO_GENERATION = -1
+_OK, _BAD_INDEX, _BAD_VALUE = 0, 1, 2
 
 
 @dataclass(frozen=True)
 class _StagedInsert:
-    indices: np.ndarray  # int64
+    indices: np.ndarray  # int64, the caller's order
     stored: np.ndarray | None  # float64 stored priorities, or None for "the running max"
+    touched: np.ndarray  # indices sorted (done by the writer, so the apply step need not)
 
 
 @dataclass(frozen=True)
 class _StagedUpdate:
-    indices: np.ndarray  # int64
-    stored: np.ndarray  # float64 stored priorities
+    indices: np.ndarray
+    stored: np.ndarray
     generations: np.ndarray  # int64, _NO_GENERATION where unchecked
+    touched: np.ndarray
 
 
 class PrioritizedSampler:
@@ -88,7 +92,7 @@ class PrioritizedSampler:
         self.beta_steps, self.eps = beta_steps, float(eps)
         self._tree = SumTree(capacity, branching)
         self._capacity = self._tree.capacity
-        self._generation = np.zeros(self._capacity, np.int64)  # inserts applied per row
+        self._generation = np.zeros(self._capacity, np.int64)  # insert batches per row
         self._sampled_generation = np.full(self._capacity, _NO_GENERATION, np.int64)
         self._max_priority = 1.0
         self._staged: deque[_StagedInsert | _StagedUpdate] = deque()
@@ -120,6 +124,11 @@ class PrioritizedSampler:
         """Staged batches not yet applied."""
         return len(self._staged)
 
+    @property
+    def total(self) -> float:
+        """Sum of the stored priorities applied so far."""
+        return self._tree.total
+
     def stored_priority(self, priorities: np.ndarray) -> np.ndarray:
         """|TD error| -> stored priority ``(|td| + eps) ** alpha`` (float64)."""
         return (np.asarray(priorities, np.float64) + self.eps) ** self.alpha
@@ -129,18 +138,18 @@ class PrioritizedSampler:
     def on_insert(self, indices: np.ndarray, priorities: np.ndarray | None = None) -> None:
         """Rows were (over)written in the storage: give them the running max priority, or
         `priorities` (|TD errors| computed by the actor, Ape-X style) when given."""
-        idx = self._checked_indices(indices)
-        stored = None
-        if priorities is not None:
-            stored = self.stored_priority(self._checked_priorities(priorities, idx))
-        self._staged.append(_StagedInsert(idx, stored))
+        idx = self._copied_indices(indices)
+        stored = None if priorities is None else self._stored(idx, priorities, transform=True)
+        if stored is None:
+            self._check_index_range(idx)
+        self._staged.append(_StagedInsert(idx, stored, np.sort(idx)))
 
     def restore(self, indices: np.ndarray, stored_priorities: np.ndarray) -> None:
         """Insert rows with already-stored priorities (as `priorities` returns them), e.g. a
         replay rebuilt after a restart. Staged like `on_insert`."""
-        idx = self._checked_indices(indices)
-        stored = self._checked_priorities(stored_priorities, idx).astype(np.float64)
-        self._staged.append(_StagedInsert(idx, stored))
+        idx = self._copied_indices(indices)
+        stored = self._stored(idx, stored_priorities, transform=False)
+        self._staged.append(_StagedInsert(idx, stored, np.sort(idx)))
 
     def update_priorities(
         self,
@@ -150,8 +159,8 @@ class PrioritizedSampler:
     ) -> None:
         """New |TD errors| for sampled rows; dropped for rows overwritten since they were
         sampled (see the consistency rule in the module docstring)."""
-        idx = self._checked_indices(indices)
-        stored = self.stored_priority(self._checked_priorities(priorities, idx))
+        idx = self._copied_indices(indices)
+        stored = self._stored(idx, priorities, transform=True)
         if generations is None:
             expected = self._sampled_generation[idx]
         else:
@@ -160,7 +169,7 @@ class PrioritizedSampler:
                 raise ValueError(
                     f"generations must have shape {idx.shape} like indices, got {expected.shape}"
                 )
-        self._staged.append(_StagedUpdate(idx, stored, expected))
+        self._staged.append(_StagedUpdate(idx, stored, expected, np.sort(idx)))
 
     # --- the reader: apply staged writes, then sample ---
 
@@ -182,82 +191,75 @@ class PrioritizedSampler:
             if not self._tree.total > 0:
                 raise ValueError("cannot sample: no row has been inserted (staged or applied)")
             indices, stored = self._tree.sample_with_values(batch_size, rng)
-            generations = self._generation[indices]
-            self._sampled_generation[indices] = generations
-            beta = self.current_beta
+            weights = np.empty(indices.shape[0], np.float32)
+            generations = np.empty(indices.shape[0], np.int64)
+            _after_sample(
+                self._generation, self._sampled_generation, indices, stored,
+                self.current_beta, weights, generations,
+            )  # fmt: skip
             self._samples += 1
-        weights = (stored / stored.min()) ** -beta
-        return SampleResult(
-            indices=indices, weights=weights.astype(np.float32), generations=generations
-        )
+        return SampleResult(indices=indices, weights=weights, generations=generations)
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
         """Stored priorities of `indices` after applying staged writes (0.0 = never inserted)."""
-        idx = self._checked_indices(indices)
+        idx = self._copied_indices(indices)
         with self._tree_lock:
             self._apply_staged()
             return self._tree.get(idx)
 
-    @property
-    def total(self) -> float:
-        """Sum of stored priorities of applied writes."""
-        return self._tree.total
-
     def _apply_staged(self) -> int:
         written = 0
+        args = (*self._tree._kernel_args(), self._tree._nodes, self._generation)
         for _ in range(len(self._staged)):  # what was staged when we began; later is next
             entry = self._staged.popleft()
             if isinstance(entry, _StagedInsert):
-                written += self._apply_insert(entry)
+                use_max = entry.stored is None
+                stored = _EMPTY if entry.stored is None else entry.stored
+                top = _apply_insert(
+                    *args, entry.indices, stored, use_max, self._max_priority, entry.touched
+                )
+                written += entry.indices.shape[0]
             else:
-                written += self._apply_update(entry)
+                dropped, top = _apply_update(
+                    *args, entry.indices, entry.stored, entry.generations, entry.touched
+                )
+                self.dropped_updates += dropped
+                written += entry.indices.shape[0] - dropped
+            self._max_priority = max(self._max_priority, top)
         return written
 
-    def _apply_insert(self, entry: _StagedInsert) -> int:
-        stored = entry.stored
-        if stored is None:
-            stored = np.full(entry.indices.shape[0], self._max_priority)
-        elif stored.size:
-            self._max_priority = max(self._max_priority, float(stored.max()))
-        self._tree.set(entry.indices, stored)
-        self._generation[entry.indices] += 1
-        return int(entry.indices.shape[0])
-
-    def _apply_update(self, entry: _StagedUpdate) -> int:
-        expected = entry.generations
-        current = self._generation[entry.indices]
-        fresh = (expected == _NO_GENERATION) | (expected == current)
-        if fresh.all():
-            indices, stored = entry.indices, entry.stored
-        else:
-            self.dropped_updates += int(fresh.size - fresh.sum())
-            indices, stored = entry.indices[fresh], entry.stored[fresh]
-        if stored.size:
-            self._max_priority = max(self._max_priority, float(stored.max()))
-        self._tree.set(indices, stored)
-        return int(indices.shape[0])
-
-    def _checked_indices(self, indices: np.ndarray) -> np.ndarray:
-        idx = np.array(indices, copy=True)  # the caller may reuse its buffer after staging
+    def _copied_indices(self, indices: np.ndarray) -> np.ndarray:
+        """An int64 copy: the caller may reuse its buffer as soon as the call returns."""
+        idx = np.asarray(indices)
         if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
             raise ValueError(f"indices must be a 1-D integer array, got {idx.dtype} {idx.shape}")
-        idx = idx.astype(np.int64, copy=False)
+        return np.array(idx, dtype=np.int64, copy=True)
+
+    def _check_index_range(self, idx: np.ndarray) -> None:
         if idx.size and (idx.min() < 0 or idx.max() >= self._capacity):
             bad = idx[(idx < 0) | (idx >= self._capacity)][0]
             raise IndexError(f"index {bad} out of range for capacity {self._capacity}")
-        return idx
 
-    def _checked_priorities(self, priorities: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        p = np.asarray(priorities, dtype=np.float64)
+    def _stored(self, idx: np.ndarray, priorities: np.ndarray, transform: bool) -> np.ndarray:
+        """Validate indices and priorities together and return the stored priorities."""
+        p = np.ascontiguousarray(priorities, dtype=np.float64)
         if p.shape != idx.shape:
             raise ValueError(f"priorities must have shape {idx.shape} like indices, got {p.shape}")
-        bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
-        if bad.size:
+        stored = np.empty(p.shape[0], np.float64)
+        eps, alpha = (self.eps, self.alpha) if transform else (0.0, 1.0)
+        code, pos = _prepare(idx, p, self._capacity, eps, alpha, stored)
+        if code == _BAD_INDEX:
+            raise IndexError(f"index {idx[pos]} out of range for capacity {self._capacity}")
+        if code == _BAD_VALUE:
+            what = "(|TD error|)" if transform else "(stored priorities)"
             raise ValueError(
-                f"priorities must be finite and >= 0 (|TD error|), got {float(p[bad[0]])!r} "
-                f"at position {bad[0]}"
+                f"priorities must be finite and >= 0 {what}, got {float(p[pos])!r} "
+                f"at position {pos}"
             )
-        return p
+        return stored
+
+
+_EMPTY = np.empty(0, np.float64)
 
 
 def _check_range(
@@ -269,3 +271,77 @@ def _check_range(
         bound = f"> {low}" if open_low else f">= {low}"
         bound += f" and <= {high}" if high is not None else ""
         raise ValueError(f"{name} must be a number {bound}, got {value!r}")
+
+
+# --- compiled helpers: one call per staged batch instead of a dozen numpy calls ---
+
+
+@numba.njit(nogil=True, cache=True)
+def _prepare(idx, priorities, capacity, eps, alpha, stored):  # pragma: no cover - compiled
+    """Check indices and priorities; stored = (p + eps) ** alpha. Returns (code, position)."""
+    for j in range(idx.shape[0]):
+        if idx[j] < 0 or idx[j] >= capacity:
+            return _BAD_INDEX, j
+        p = priorities[j]
+        if not (p >= 0 and p < np.inf):
+            return _BAD_VALUE, j
+        stored[j] = p if alpha == 1.0 and eps == 0.0 else (p + eps) ** alpha
+    return _OK, 0
+
+
+@numba.njit(nogil=True, cache=True)
+def _apply_insert(
+    tree, offsets, k, shift, height, nodes, generation, idx, stored, use_max, max_priority, touched
+):  # pragma: no cover - compiled
+    """Write an insert batch and bump each distinct row's generation once. Returns the
+    largest stored priority it brought (0.0 if none)."""
+    n = idx.shape[0]
+    top = 0.0
+    if use_max:
+        values = np.full(n, max_priority)
+    else:
+        values = stored
+        for j in range(n):
+            top = max(top, stored[j])
+    _set_kernel(tree, offsets, k, shift, height, nodes, idx, values, touched.copy())
+    previous = -1
+    for j in range(n):
+        if touched[j] != previous:
+            generation[touched[j]] += 1
+            previous = touched[j]
+    return top
+
+
+@numba.njit(nogil=True, cache=True)
+def _apply_update(
+    tree, offsets, k, shift, height, nodes, generation, idx, stored, expected, touched
+):  # pragma: no cover - compiled
+    """Write the updates whose row generation still matches; return (dropped, top)."""
+    n = idx.shape[0]
+    keep_idx = np.empty(n, np.int64)
+    keep_val = np.empty(n, np.float64)
+    kept = 0
+    top = 0.0
+    for j in range(n):
+        if expected[j] == _NO_GENERATION or expected[j] == generation[idx[j]]:
+            keep_idx[kept] = idx[j]
+            keep_val[kept] = stored[j]
+            top = max(top, stored[j])
+            kept += 1
+    # Refreshing parents of dropped rows too is harmless: parents are recomputed, not nudged.
+    _set_kernel(tree, offsets, k, shift, height, nodes, keep_idx[:kept], keep_val[:kept], touched)
+    return n - kept, top
+
+
+@numba.njit(nogil=True, cache=True)
+def _after_sample(
+    generation, sampled_generation, indices, stored, beta, weights, generations
+):  # pragma: no cover
+    """Record sampled generations; w_i = (p_i / p_min) ** -beta, the batch max being 1."""
+    lowest = np.inf
+    for j in range(indices.shape[0]):
+        lowest = min(lowest, stored[j])
+        generations[j] = generation[indices[j]]
+        sampled_generation[indices[j]] = generations[j]
+    for j in range(indices.shape[0]):
+        weights[j] = (lowest / stored[j]) ** beta

@@ -280,7 +280,7 @@ def _set_kernel(tree, offsets, k, shift, height, nodes, idx, vals, touched):  # 
     leaf_base = offsets[height]
     for j in range(n):
         tree[_slot(leaf_base, idx[j], k, shift)] = vals[j]
-    count = n
+    count = touched.shape[0]  # may list more rows than idx: refreshing extra parents is harmless
     for level in range(height - 1, -1, -1):
         count = _refresh_parents(tree, offsets[level], offsets[level + 1], k, shift, touched, count)
     return _OK, 0

@@ -80,7 +80,8 @@ def test_random_operation_sequences_match_numpy(k: int, capacity: int, ops: list
 
 def check_search(tree: SumTree, leaves: np.ndarray, op: tuple) -> None:
     if op[0] == "find":
-        targets = np.array(op[1]) * leaves.sum()
+        # random targets, plus every exact boundary (a cumsum value), where < and <= differ
+        targets = np.concatenate([np.array(op[1]) * leaves.sum(), [0.0], np.cumsum(leaves)])
         found = tree.find_prefixsum(targets)
         assert found.tolist() == [reference_find(leaves, t) for t in targets]
     else:
