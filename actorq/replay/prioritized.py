@@ -9,9 +9,9 @@ overwritten (as in the reference implementations).
 Importance weights. ``w_i = (N * P(i)) ** -beta``, normalised by the largest weight **in the
 batch**, so the largest is exactly 1. N and the total cancel out of that ratio:
 ``w_i = (p_i / p_min_batch) ** -beta``. (Normalising over the buffer's minimum priority
-would need a min-tree beside the sum tree; the batch maximum is what Ape-X and TorchRL's
-default do.) beta is annealed linearly from `beta` to `beta_final` over `beta_steps` calls
-of `sample`, then stays at `beta_final`.
+would need a min-tree beside the sum tree, as OpenAI baselines and TorchRL keep; Dopamine
+normalises by the batch maximum too.) beta is annealed linearly from `beta` to
+`beta_final` over `beta_steps` calls of `sample`, then stays at `beta_final`.
 
 Lazy writing (seed 003). Writers never touch the tree. `on_insert` (the ingest thread) and
 `update_priorities` (the training thread, or several threads) validate and transform their
@@ -23,14 +23,14 @@ Consistency rule:
 
 1. A sample sees every write staged before it began (it applies the whole queue first).
 2. Writes apply in staging order, so for one row the last staged write wins.
-3. A priority update never clobbers a newer row. Every insert of a row bumps that row's
-   generation; `sample` returns the generation of each sampled row (`SampleResult
-   .generations`), and an update for a row whose generation has changed since (the row
-   was overwritten by a newer transition) is dropped when it is applied and counted in
-   `dropped_updates`. Pass ``generations=result.generations`` to `update_priorities`; if
-   you do not, the generation recorded when this sampler last sampled the row is used,
-   which is the same thing for one training thread. An update for a row never sampled is
-   checked against nothing and applies.
+3. A priority update never clobbers a newer row. Every insert batch that holds a row
+   bumps that row's generation by one; `sample` returns the generation of each sampled
+   row (`SampleResult.generations`), and an update for a row whose generation has
+   changed since (the row was overwritten by a newer transition) is dropped when it is
+   applied and counted in `dropped_updates`. Pass ``generations=result.generations``
+   to `update_priorities`; if you do not, the generation recorded when this sampler last
+   sampled the row is used, which is the same thing for one training thread. An update
+   for a row never sampled is checked against nothing and applies.
 """
 
 from __future__ import annotations

@@ -238,3 +238,11 @@ def test_bad_input() -> None:
     with pytest.raises(ValueError, match="1-D integer array"):
         sampler.on_insert(np.array([0.5]))
     assert sampler.staged == 0  # refused writes are never staged
+
+
+def test_empty_batches_are_accepted_and_change_nothing() -> None:
+    sampler = PrioritizedSampler(8)
+    empty = np.array([], np.int64)
+    sampler.on_insert(empty)
+    sampler.update_priorities(empty, np.array([]))
+    assert sampler.flush() == 0 and sampler.total == 0.0
