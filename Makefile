@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve clean
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve clean dev-certs redis-acl bench-fuzz
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -53,6 +53,9 @@ bench-solve: $(STAMP)  ## time to solve CartPole-v1, int8 vs fp32, 3 seeds (BENC
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
 	$(PY) bench/bench_actor.py --quick
+
+dev-certs: $(STAMP)  ## dev CA + one TLS cert per service in certs/dev (gitignored); OPERATIONS.md
+	$(PY) -m actorq.security.certs --out certs/dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -14,6 +14,7 @@ from actorq.quant import EncodedPolicy, WeightsError, encode_policy, precision_n
 from actorq.quantizer.assembler import PublishError, assemble
 from actorq.quantizer.store import Announcement, PolicyStore
 from actorq.rpc.errors import FailedPrecondition, abort_on_error
+from actorq.security.signing import NO_KEYS, PolicyKeys
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
@@ -79,8 +80,10 @@ class ParameterServer:
         chunk_bytes: int = 1 << 20,
         max_publish_bytes: int = 1 << 30,
         default_precision: int = policy_pb2.PRECISION_INT8,
+        keys: PolicyKeys = NO_KEYS,  # with a current key every stored blob is signed
     ) -> None:
         self.store = store
+        self.keys = keys
         self.chunk_bytes = chunk_bytes
         self.max_publish_bytes = max_publish_bytes
         self.default_precision = default_precision
@@ -121,7 +124,12 @@ class ParameterServer:
             )
         precision = header.precision or self.default_precision
         encoded = encode_policy(
-            assembled.weights, assembled.spec, precision, header.version, header.learner_step
+            assembled.weights,
+            assembled.spec,
+            precision,
+            header.version,
+            header.learner_step,
+            keys=self.keys,
         )
         self.store.save(encoded)
         metrics.QUANTIZER_QUANTIZE_SECONDS.observe(time.perf_counter() - started)

@@ -24,6 +24,7 @@ from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.security.tls import TlsConfig
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.learner")
@@ -32,7 +33,7 @@ log = logging.getLogger("actorq.learner")
 def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRuntime) -> Learner:
     info = describe_env(settings.env_id)
     spec = MLPSpec(info.obs_dim, info.num_actions, settings.hidden)
-    client = connect_redis(settings.redis_url)
+    client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     store = PolicyStore(client, keys)
     publisher = WeightsPublisher(
@@ -41,6 +42,7 @@ def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRun
         parse_precision(settings.precision),
         start_version=store.latest_version(),
         latest_stored=store.latest_version,
+        tls=TlsConfig.from_settings(settings),
     )
     return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event)
 
@@ -94,6 +96,7 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
         settings.grpc_port,
         [control_service(_status_fn(learner, runtime), runtime.request_stop)],
         max_workers=4,
+        tls=TlsConfig.from_settings(settings),
     )
     metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
     server.start()
