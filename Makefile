@@ -57,5 +57,8 @@ bench-quick: $(STAMP)
 dev-certs: $(STAMP)  ## dev CA + one TLS cert per service in certs/dev (gitignored); OPERATIONS.md
 	$(PY) -m actorq.security.certs --out certs/dev
 
+redis-acl: $(STAMP)  ## Redis ACL file + per-service passwords in certs/redis; ARGS="--prefix myrun"
+	$(VENV)/bin/actorq redis-acl $(ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"actorq {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
+    sub.add_parser(  # parsed by actorq.security.redis_acl; listed here for --help
+        "redis-acl",
+        help="write a Redis ACL file with one least-privilege user per service",
+        add_help=False,
+    )
     return parser
 
 
@@ -114,6 +119,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["redis-acl"]:
+        from actorq.security.redis_acl import main as redis_acl_main
+
+        return redis_acl_main(argv[1:])
     args = build_parser().parse_args(argv)
     from actorq.service import USER_ERRORS
 
