@@ -12,8 +12,9 @@ import grpc
 from actorq import metrics
 from actorq.quant import EncodedPolicy, WeightsError, encode_policy, precision_name
 from actorq.quantizer.assembler import PublishError, assemble
-from actorq.quantizer.store import Announcement, PolicyStore
-from actorq.rpc.errors import FailedPrecondition, abort_on_error
+from actorq.quantizer.store import Announcement, PolicyStore, check_version
+from actorq.rpc.errors import DataLoss, FailedPrecondition, abort_on_error
+from actorq.rpc.guard import MalformedRequest
 from actorq.security.signing import NO_KEYS, PolicyKeys
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
@@ -62,11 +63,13 @@ class VersionBoard:
 
 
 def _rejection_reason(exc: Exception) -> str:
+    if isinstance(exc, DataLoss):
+        return "corrupt_store"
     if isinstance(exc, FailedPrecondition):
         return "version_rollback"
     if isinstance(exc, WeightsError):
         return "invalid_weights"
-    if isinstance(exc, PublishError):
+    if isinstance(exc, PublishError | MalformedRequest):
         return "malformed_stream"
     return "invalid_header"
 
@@ -99,12 +102,15 @@ class ParameterServer:
             return self.store.announcement(0)
         except LookupError:
             return None
+        except DataLoss as exc:  # serve nothing until the learner's next version
+            log.warning("not serving the stored latest version: %s", exc)
+            return None
 
     def publish(self, chunks: Iterable[ps_pb2.PublishChunk]) -> EncodedPolicy:
         try:
             with self._publish_lock:
                 encoded = self._publish_locked(chunks)
-        except (ValueError, FailedPrecondition) as exc:  # bad input; nothing was stored
+        except (ValueError, FailedPrecondition, DataLoss) as exc:  # nothing was stored
             self.counters["rejections"] += 1
             metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(_rejection_reason(exc)).inc()
             log.warning("refused a publication: %s", exc)
@@ -117,6 +123,10 @@ class ParameterServer:
         started = time.perf_counter()
         assembled = assemble(chunks, self.max_publish_bytes)
         header = assembled.header
+        try:
+            check_version(header.version)
+        except ValueError as exc:
+            raise PublishError(str(exc)) from None
         latest = self.store.latest_version()
         if header.version <= latest:  # cheap check before spending time quantizing
             raise FailedPrecondition(

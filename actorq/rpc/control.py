@@ -9,6 +9,14 @@ import grpc
 
 from actorq.v1 import control_pb2, control_pb2_grpc
 
+MAX_REASON_CHARS = 200
+
+
+def safe_reason(text: str) -> str:
+    """A caller's stop reason fit for one log line: cut short, control characters escaped."""
+    text = text[:MAX_REASON_CHARS]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
 
 @dataclass
 class StatusSnapshot:
@@ -43,7 +51,7 @@ class ControlServicer(control_pb2_grpc.ControlServicer):
     def Stop(
         self, request: control_pb2.StopRequest, context: grpc.ServicerContext
     ) -> control_pb2.StopReply:
-        self._stop(request.reason or "stop requested over gRPC")
+        self._stop(safe_reason(request.reason or "stop requested over gRPC"))
         return control_pb2.StopReply(accepted=True)
 
 

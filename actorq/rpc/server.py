@@ -12,6 +12,7 @@ from grpc_reflection.v1alpha import reflection
 
 from actorq.rpc.channel import CHANNEL_OPTIONS
 from actorq.rpc.errors import PortInUseError
+from actorq.rpc.guard import DecodeGuard
 from actorq.security.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class GrpcServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
+            interceptors=[DecodeGuard()],  # undecodable requests: INVALID_ARGUMENT
         )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
