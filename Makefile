@@ -54,6 +54,9 @@ bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
 	$(PY) bench/bench_actor.py --quick
 
+bench-fuzz: $(STAMP)  ## >= 10,000 adversarial inputs per gRPC method, table of statuses (BENCHMARKS.md; ~15 min)
+	$(PY) bench/fuzz_grpc.py --inputs 10000
+
 dev-certs: $(STAMP)  ## dev CA + one TLS cert per service in certs/dev (gitignored); OPERATIONS.md
 	$(PY) -m actorq.security.certs --out certs/dev
 

@@ -16,7 +16,7 @@ import math
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import grpc
@@ -146,10 +146,10 @@ class FuzzTarget:
         self.check_store()
 
     # --- calls --------------------------------------------------------------------------
-    def publish(self, chunks: list[ps_pb2.PublishChunk]) -> grpc.StatusCode:
+    def publish(self, case: PublishInput) -> grpc.StatusCode:
         before = self.store.latest_version()
         try:
-            reply = self.ps.PublishWeights(iter(chunks), timeout=10)
+            reply = self.ps.PublishWeights(iter(case.stream(before)), timeout=10)
         except grpc.RpcError as exc:
             if self.store.latest_version() != before:
                 raise FuzzFailure("a refused publication moved `latest`") from exc
@@ -264,19 +264,38 @@ MUTATIONS = (
 )
 
 
+@dataclass
+class PublishInput:
+    """A weight stream whose header version is set relative to the store's `latest` when
+    sent (strategies may not read external state, so the rule travels with the input)."""
+
+    chunks: list[ps_pb2.PublishChunk]
+    version_rule: str  # next | rollback | ahead | max | zero
+    k: int
+
+    def stream(self, latest: int) -> list[ps_pb2.PublishChunk]:
+        version = {
+            "next": latest + 1,
+            "rollback": max(latest - self.k, 0),
+            "ahead": latest + 1 + self.k,
+            "max": UINT64_MAX,
+            "zero": 0,
+        }[self.version_rule]
+        out = []
+        for chunk in self.chunks:
+            if chunk.WhichOneof("item") == "header":
+                chunk = ps_pb2.PublishChunk.FromString(chunk.SerializeToString())
+                chunk.header.version = version
+            out.append(chunk)
+        return out
+
+
 @st.composite
-def publish_streams(draw: st.DrawFn, latest: Callable[[], int]) -> list[ps_pb2.PublishChunk]:
+def publish_streams(draw: st.DrawFn) -> PublishInput:
     """A weight stream, valid or broken in one of MUTATIONS, for versions around `latest`."""
     spec = draw(specs)
-    current = latest()
-    version = draw(
-        st.one_of(
-            st.just(current + 1),
-            st.integers(0, max(current, 0)),  # rollback or replay
-            st.integers(current + 1, current + 1000),
-            st.just(UINT64_MAX),
-        )
-    )
+    rule = draw(st.sampled_from(["next", "next", "rollback", "ahead", "max", "zero"]))
+    k = draw(st.integers(0, 1000))
     precision = draw(st.one_of(st.sampled_from([0, 1, 2, 3]), st.integers(4, 2**31 - 1)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     scale = draw(st.sampled_from([1.0, 1e-30, 1e30, 0.0]))
@@ -285,7 +304,7 @@ def publish_streams(draw: st.DrawFn, latest: Callable[[], int]) -> list[ps_pb2.P
         for name, shape in spec.weight_shapes().items()
     }
     header = ps_pb2.PublishHeader(
-        version=version,
+        version=1,
         learner_step=draw(uint64),
         precision=precision,
         spec=spec_to_proto(spec),
@@ -293,7 +312,7 @@ def publish_streams(draw: st.DrawFn, latest: Callable[[], int]) -> list[ps_pb2.P
     )
     chunk_bytes = draw(st.sampled_from([8, 64, 4096]))
     chunks = list(weight_chunks(header, weights, chunk_bytes=chunk_bytes))
-    return _mutate(draw, chunks, draw(st.sampled_from(MUTATIONS)))
+    return PublishInput(_mutate(draw, chunks, draw(st.sampled_from(MUTATIONS))), rule, k)
 
 
 def _mutate(draw: st.DrawFn, chunks: list[ps_pb2.PublishChunk], how: str):

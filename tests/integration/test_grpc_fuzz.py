@@ -37,10 +37,9 @@ def target(redis_url: str) -> Iterator[fz.FuzzTarget]:
 
 
 @FUZZ
-@given(data=st.data())
-def test_publish_weights(target: fz.FuzzTarget, data: st.DataObject) -> None:
-    chunks = data.draw(fz.publish_streams(target.store.latest_version))
-    code = target.publish(chunks)
+@given(case=fz.publish_streams())
+def test_publish_weights(target: fz.FuzzTarget, case: fz.PublishInput) -> None:
+    code = target.publish(case)
     target.check_status(code, fz.ALLOWED, "PublishWeights")
     target.check_all()
 
