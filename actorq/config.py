@@ -137,9 +137,11 @@ def redact_url(url: str) -> str:
 def _check_security(settings: CommonSettings) -> None:
     """Security settings name readable files; imported late (security imports config)."""
     from actorq.security.signing import load_policy_keys
-    from actorq.security.tls import TlsConfig
+    from actorq.security.tls import TlsConfig, parse_peer_names
 
-    TlsConfig.from_settings(settings)
+    tls = TlsConfig.from_settings(settings)
+    for name in ("tls_allowed_stop_peers", "tls_allowed_publishers"):
+        parse_peer_names(getattr(settings, name, ""), name, tls)
     if settings.redis_password_file:
         _check(
             os.path.isfile(settings.redis_password_file),
@@ -168,6 +170,7 @@ class CommonSettings:
     redis_password_file: str = ""  # file holding the Redis password (overrides the URL's)
     policy_key_file: str = ""  # HMAC key: the quantizer signs blobs, actors require it
     policy_previous_key_file: str = ""  # still accepted by actors while a key is rotated
+    tls_allowed_stop_peers: str = ""  # mTLS: cert names allowed to call Control.Stop
 
     def __post_init__(self) -> None:
         _check(
@@ -190,6 +193,7 @@ class QuantizerSettings(CommonSettings):
     keep_versions: int = 5  # policy versions kept in Redis; older ones are deleted
     chunk_bytes: int = 1 << 20  # size of blob chunks sent to actors (well under 4 MiB)
     max_publish_bytes: int = 1 << 30  # refuse weight streams declaring more than this
+    tls_allowed_publishers: str = ""  # mTLS: cert names allowed to PublishWeights
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -16,6 +16,7 @@ from actorq.quantizer.store import Announcement, PolicyStore, check_version
 from actorq.rpc.errors import DataLoss, FailedPrecondition, abort_on_error
 from actorq.rpc.guard import MalformedRequest
 from actorq.security.signing import NO_KEYS, PolicyKeys
+from actorq.security.tls import check_peer_allowed
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
@@ -209,12 +210,21 @@ def _announcement_message(a: Announcement) -> ps_pb2.PolicyAnnouncement:
 class ParameterServerServicer(ps_grpc.ParameterServerServicer):
     """Converts messages and delegates to ParameterServer; errors map to gRPC status."""
 
-    def __init__(self, server: ParameterServer) -> None:
+    def __init__(self, server: ParameterServer, publishers: frozenset[str] = frozenset()) -> None:
         self._server = server
+        self._publishers = publishers  # mTLS certificate names allowed to publish; empty = any
 
     def PublishWeights(
         self, request_iterator: Iterator[ps_pb2.PublishChunk], context: grpc.ServicerContext
     ) -> ps_pb2.PublishReply:
+        if not check_peer_allowed(context, self._publishers, "PublishWeights"):
+            self._server.counters["rejections"] += 1
+            metrics.QUANTIZER_PUBLISH_REJECTIONS.labels("permission_denied").inc()
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "this client's certificate may not publish weights (allowed: "
+                f"{', '.join(sorted(self._publishers))})",
+            )
         with abort_on_error(context):
             encoded = self._server.publish(request_iterator)
             return ps_pb2.PublishReply(
@@ -238,8 +248,11 @@ class ParameterServerServicer(ps_grpc.ParameterServerServicer):
             yield from self._server.blob_chunks(request.version)
 
 
-def parameter_server_service(server: ParameterServer) -> tuple[str, Callable[[grpc.Server], None]]:
-    """(service name, registrar) for `GrpcServer`."""
-    servicer = ParameterServerServicer(server)
+def parameter_server_service(
+    server: ParameterServer, publishers: frozenset[str] = frozenset()
+) -> tuple[str, Callable[[grpc.Server], None]]:
+    """(service name, registrar) for `GrpcServer`; `publishers` limits PublishWeights to
+    clients whose (mutual TLS) certificate names one of them."""
+    servicer = ParameterServerServicer(server, publishers)
     name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
     return name, lambda s: ps_grpc.add_ParameterServerServicer_to_server(servicer, s)

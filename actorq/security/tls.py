@@ -125,3 +125,35 @@ class TlsConfig:
 
 
 PLAINTEXT = TlsConfig()
+
+
+def parse_peer_names(text: str, setting: str, tls: TlsConfig) -> frozenset[str]:
+    """'learner,trainer-2' -> names; empty = any authenticated peer. Needs mutual TLS."""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    if names and not tls.require_client_cert:
+        raise ConfigError(
+            f"{setting}: names client certificates, so it needs mutual TLS "
+            f"(tls_ca, tls_cert, tls_key and tls_require_client_cert=true); got {text!r}"
+        )
+    return names
+
+
+def allowed_peers(settings: object, setting: str) -> frozenset[str]:
+    """The names in a settings field like tls_allowed_publishers (validated)."""
+    return parse_peer_names(getattr(settings, setting), setting, TlsConfig.from_settings(settings))
+
+
+def peer_names(context: grpc.ServicerContext) -> set[str]:
+    """Common name and subject alternative names of the caller's verified certificate."""
+    auth = context.auth_context()
+    names: set[str] = set()
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        names |= {value.decode("utf-8", "replace") for value in auth.get(key, [])}
+    return names
+
+
+def check_peer_allowed(context: grpc.ServicerContext, allowed: frozenset[str], what: str) -> bool:
+    """True if `allowed` is empty or the caller's certificate names one of its entries."""
+    if not allowed:
+        return True
+    return bool(peer_names(context) & allowed)

@@ -20,7 +20,7 @@ from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
 from actorq.security.signing import load_policy_keys
-from actorq.security.tls import TlsConfig
+from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.actor")
@@ -47,7 +47,13 @@ def serve(settings: ActorSettings) -> int:
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
-        [control_service(lambda: _status(worker, follower, runtime), runtime.request_stop)],
+        [
+            control_service(
+                lambda: _status(worker, follower, runtime),
+                runtime.request_stop,
+                allowed_peers(settings, "tls_allowed_stop_peers"),
+            )
+        ],
         max_workers=4,
         tls=tls,
     )

@@ -24,7 +24,7 @@ from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
-from actorq.security.tls import TlsConfig
+from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.learner")
@@ -94,7 +94,13 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
-        [control_service(_status_fn(learner, runtime), runtime.request_stop)],
+        [
+            control_service(
+                _status_fn(learner, runtime),
+                runtime.request_stop,
+                allowed_peers(settings, "tls_allowed_stop_peers"),
+            )
+        ],
         max_workers=4,
         tls=TlsConfig.from_settings(settings),
     )

@@ -15,7 +15,7 @@ from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
 from actorq.security.signing import load_policy_keys
-from actorq.security.tls import TlsConfig
+from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
 
 log = logging.getLogger("actorq.quantizer")
@@ -47,7 +47,12 @@ def serve(settings: QuantizerSettings) -> int:
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
-        [parameter_server_service(params), control_service(status, runtime.request_stop)],
+        [
+            parameter_server_service(params, allowed_peers(settings, "tls_allowed_publishers")),
+            control_service(
+                status, runtime.request_stop, allowed_peers(settings, "tls_allowed_stop_peers")
+            ),
+        ],
         max_workers=512,  # one thread per open WatchPolicy stream, plus headroom
         tls=TlsConfig.from_settings(settings),
     )

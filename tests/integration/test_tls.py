@@ -10,11 +10,15 @@ import grpc
 import pytest
 
 from actorq.config import ConfigError, QuantizerSettings, load_settings
+from actorq.quantizer.server import ParameterServer, parameter_server_service
+from actorq.quantizer.store import PolicyStore
 from actorq.rpc import GrpcServer, make_channel
 from actorq.rpc.control import StatusSnapshot, control_service
 from actorq.security.certs import make_ca, make_dev_certs, make_leaf
-from actorq.security.tls import PLAINTEXT, TlsConfig
+from actorq.security.tls import PLAINTEXT, TlsConfig, allowed_peers
+from actorq.testing import grpc_fuzz as fz
 from actorq.v1 import control_pb2, control_pb2_grpc
+from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="openssl is needed to make test certificates"
@@ -25,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Dev CA + service certs, and an intruder cert from another CA."""
     root = tmp_path_factory.mktemp("certs")
-    made = make_dev_certs(root / "dev", services=("quantizer", "actor"))
+    made = make_dev_certs(root / "dev", services=("quantizer", "actor", "learner", "launcher"))
     other = root / "other"
     other_ca, other_key = make_ca(other, "some other CA")
     intruder = make_leaf(other, "actor", other_ca, other_key, ["localhost", "127.0.0.1"])
@@ -178,3 +182,75 @@ def test_cert_without_key_is_refused(certs) -> None:
 def test_tls_server_without_its_own_cert_is_refused(certs) -> None:
     with pytest.raises(ConfigError, match="a TLS server needs its certificate and key"):
         _serve(TlsConfig(ca=str(certs["ca.pem"])))
+
+
+@pytest.fixture
+def guarded_quantizer(certs, redis_client, redis_keys) -> Iterator[tuple[GrpcServer, list[str]]]:
+    """mTLS quantizer where only `learner` may publish and only `launcher` may Stop."""
+    stops: list[str] = []
+    params = ParameterServer(PolicyStore(redis_client, redis_keys))
+    status = lambda: StatusSnapshot(role="quantizer", instance_id="q")  # noqa: E731
+    server = GrpcServer(
+        "127.0.0.1",
+        0,
+        [
+            parameter_server_service(params, frozenset({"learner"})),
+            control_service(status, stops.append, frozenset({"launcher"})),
+        ],
+        tls=_server_tls(certs, mutual=True),
+    )
+    server.start()
+    yield server, stops
+    params.close()
+    server.stop(0.1)
+
+
+def _publish(server: GrpcServer, tls: TlsConfig) -> grpc.StatusCode:
+    channel = make_channel(f"127.0.0.1:{server.port}", tls)
+    try:
+        ps_grpc.ParameterServerStub(channel).PublishWeights(fz.valid_stream(1), timeout=10)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as exc:
+        return exc.code()
+    finally:
+        channel.close()
+
+
+def _stop(server: GrpcServer, tls: TlsConfig) -> grpc.StatusCode:
+    channel = make_channel(f"127.0.0.1:{server.port}", tls)
+    try:
+        control_pb2_grpc.ControlStub(channel).Stop(control_pb2.StopRequest(reason="x"), timeout=5)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as exc:
+        return exc.code()
+    finally:
+        channel.close()
+
+
+def test_only_named_certificates_may_publish_or_stop(
+    guarded_quantizer, certs, redis_client, redis_keys
+) -> None:
+    server, stops = guarded_quantizer
+    actor, learner, launcher = (_client(certs, who=w) for w in ("actor", "learner", "launcher"))
+    assert _publish(server, actor) == grpc.StatusCode.PERMISSION_DENIED
+    assert redis_client.get(redis_keys.policy_latest) is None  # nothing stored
+    assert _publish(server, learner) == grpc.StatusCode.OK
+    assert _stop(server, actor) == grpc.StatusCode.PERMISSION_DENIED
+    assert _stop(server, learner) == grpc.StatusCode.PERMISSION_DENIED
+    assert stops == []
+    assert _stop(server, launcher) == grpc.StatusCode.OK and stops == ["x"]
+    assert _status_code(server, actor) == grpc.StatusCode.OK  # reading status stays open
+
+
+def test_allowed_peer_lists_need_mutual_tls(certs) -> None:
+    with pytest.raises(ConfigError, match="tls_allowed_publishers: names client certificates"):
+        load_settings(QuantizerSettings, {"ACTORQ_TLS_ALLOWED_PUBLISHERS": "learner"})
+    env = {
+        "ACTORQ_TLS_CA": str(certs["ca.pem"]),
+        "ACTORQ_TLS_CERT": str(certs["quantizer.pem"]),
+        "ACTORQ_TLS_KEY": str(certs["quantizer.key"]),
+        "ACTORQ_TLS_REQUIRE_CLIENT_CERT": "true",
+        "ACTORQ_TLS_ALLOWED_PUBLISHERS": " learner, trainer-2 ,",
+    }
+    settings = load_settings(QuantizerSettings, env)
+    assert allowed_peers(settings, "tls_allowed_publishers") == {"learner", "trainer-2"}
