@@ -166,3 +166,26 @@ def test_quantizer_with_mtls_and_signing_from_environment(redis_url: str, tmp_pa
         assert "mutual TLS" in q.log.read_text() and "s" * 64 not in q.log.read_text()
     finally:
         q.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"ACTORQ_TLS_CA": "/nonexistent/ca.pem"}, "tls_ca: expected a readable PEM file"),
+        ({"ACTORQ_TLS_CERT": "/x.pem"}, "tls_ca: expected the CA certificate file"),
+        ({"ACTORQ_POLICY_KEY_FILE": "/nonexistent/key"}, "policy_key_file: cannot read"),
+        ({"ACTORQ_REDIS_PASSWORD_FILE": "/nonexistent/pw"}, "redis_password_file: expected"),
+        ({"ACTORQ_TLS_ALLOWED_PUBLISHERS": "learner"}, "needs mutual TLS"),
+    ],
+)
+def test_bad_security_settings_stop_the_service_with_one_line(env, expected) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "services.quantizer"],
+        env={**os.environ, "ACTORQ_METRICS_PORT": "-1", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr
