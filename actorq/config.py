@@ -167,7 +167,7 @@ class CommonSettings:
     tls_key: str = ""  # its private key (PEM)
     tls_require_client_cert: bool = False  # mutual TLS: servers refuse clients without one
     tls_server_name: str = ""  # name to check in servers' certs instead of the address host
-    redis_password_file: str = ""  # file holding the Redis password (overrides the URL's)
+    redis_password_file: str = ""  # file holding the Redis password (when the URL has none)
     policy_key_file: str = ""  # HMAC key: the quantizer signs blobs, actors require it
     policy_previous_key_file: str = ""  # still accepted by actors while a key is rotated
     tls_allowed_stop_peers: str = ""  # mTLS: cert names allowed to call Control.Stop

@@ -199,7 +199,7 @@ class FuzzTarget:
             raise FuzzFailure("Stop answered OK without accepting")
         return grpc.StatusCode.OK
 
-    def raw(self, method: str, payloads: list[bytes], timeout: float = 2.0) -> grpc.StatusCode:
+    def raw(self, method: str, payloads: list[bytes], timeout: float = 10.0) -> grpc.StatusCode:
         """Send undecodable (or any) bytes to `method`, bypassing the client's message types."""
         path = METHODS[method]
         try:
