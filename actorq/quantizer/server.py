@@ -16,7 +16,7 @@ from actorq.quantizer.store import Announcement, PolicyStore, check_version
 from actorq.rpc.errors import DataLoss, FailedPrecondition, abort_on_error
 from actorq.rpc.guard import MalformedRequest
 from actorq.security.signing import NO_KEYS, PolicyKeys
-from actorq.security.tls import check_peer_allowed
+from actorq.security.tls import check_peer_allowed, peer_names
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
@@ -94,6 +94,7 @@ class ParameterServer:
         self.board = VersionBoard(self._stored_latest())
         self._publish_lock = threading.Lock()
         self.counters = {"publishes": 0, "rejections": 0, "blobs_served": 0}
+        self._logged_reasons: set[str] = set()
         self.bytes_sent = 0
         self.fp32_bytes_sent = 0
 
@@ -112,13 +113,26 @@ class ParameterServer:
             with self._publish_lock:
                 encoded = self._publish_locked(chunks)
         except (ValueError, FailedPrecondition, DataLoss) as exc:  # nothing was stored
-            self.counters["rejections"] += 1
-            metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(_rejection_reason(exc)).inc()
-            log.warning("refused a publication: %s", exc)
+            self.count_rejection(_rejection_reason(exc), exc)
             raise
         self.board.post(Announcement.of(encoded))  # what was just stored; no re-read
         self._record_publish(encoded)
         return encoded
+
+    def count_rejection(self, reason: str, exc: Exception) -> None:
+        """Every refusal is counted; each reason is logged once (a bad client cannot flood
+        the log), later ones at DEBUG."""
+        self.counters["rejections"] += 1
+        metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(reason).inc()
+        first = reason not in self._logged_reasons
+        self._logged_reasons.add(reason)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "refused a publication (%s): %s%s",
+            reason,
+            exc,
+            "; further refusals for this reason are counted, not logged" if first else "",
+        )
 
     def _publish_locked(self, chunks: Iterable[ps_pb2.PublishChunk]) -> EncodedPolicy:
         started = time.perf_counter()
@@ -218,8 +232,8 @@ class ParameterServerServicer(ps_grpc.ParameterServerServicer):
         self, request_iterator: Iterator[ps_pb2.PublishChunk], context: grpc.ServicerContext
     ) -> ps_pb2.PublishReply:
         if not check_peer_allowed(context, self._publishers, "PublishWeights"):
-            self._server.counters["rejections"] += 1
-            metrics.QUANTIZER_PUBLISH_REJECTIONS.labels("permission_denied").inc()
+            peer = ", ".join(sorted(peer_names(context))) or "no name"
+            self._server.count_rejection("permission_denied", PermissionError(peer))
             context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "this client's certificate may not publish weights (allowed: "

@@ -199,14 +199,18 @@ class FuzzTarget:
             raise FuzzFailure("Stop answered OK without accepting")
         return grpc.StatusCode.OK
 
-    def raw(self, method: str, payloads: list[bytes], timeout: float = 10.0) -> grpc.StatusCode:
-        """Send undecodable (or any) bytes to `method`, bypassing the client's message types."""
+    def raw(
+        self, method: str, payloads: list[bytes], timeout: float = 10.0, stream_timeout=0.05
+    ) -> grpc.StatusCode:
+        """Send undecodable (or any) bytes to `method`, bypassing the client's message types.
+
+        Server-streaming methods get `stream_timeout`: a valid watch may wait for news."""
         path = METHODS[method]
         try:
             if method == "PublishWeights":
                 self.channel.stream_unary(path)(iter(payloads), timeout=timeout)
             elif method in ("WatchPolicy", "GetPolicy"):
-                call = self.channel.unary_stream(path)(payloads[0], timeout=0.05)
+                call = self.channel.unary_stream(path)(payloads[0], timeout=stream_timeout)
                 try:
                     next(call, None)
                 finally:

@@ -38,7 +38,7 @@ def test_undecodable_request_is_invalid_argument_not_internal(
     target: fz.FuzzTarget, method: str
 ) -> None:
     """Regression: grpc-python answered INTERNAL for request bytes that do not parse."""
-    code = target.raw(method, [b"\xff\xff\xff"])
+    code = target.raw(method, [b"\xff\xff\xff"], stream_timeout=10)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     target.check_all()
 
