@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -66,6 +66,15 @@ deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s 
 
 dashboard:  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
 	$(PYTHON) deploy/grafana/build_dashboard.py
+
+bench-fuzz: $(STAMP)  ## >= 10,000 adversarial inputs per gRPC method, table of statuses (BENCHMARKS.md; ~15 min)
+	$(PY) bench/fuzz_grpc.py --inputs 10000
+
+dev-certs: $(STAMP)  ## dev CA + one TLS cert per service in certs/dev (gitignored); OPERATIONS.md
+	$(PY) -m actorq.security.certs --out certs/dev
+
+redis-acl: $(STAMP)  ## Redis ACL file + per-service passwords in certs/redis; ARGS="--prefix myrun"
+	$(VENV)/bin/actorq redis-acl $(ARGS)
 
 clean:
 	rm -rf $(VENV) .deploy-tools .pytest_cache .ruff_cache .mypy_cache

@@ -102,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_healthcheck_parser(sub)
     _add_cluster_parser(sub)
+    sub.add_parser(  # parsed by actorq.security.redis_acl; listed here for --help
+        "redis-acl",
+        help="write a Redis ACL file with one least-privilege user per service",
+        add_help=False,
+    )
     return parser
 
 
@@ -144,6 +149,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["redis-acl"]:
+        from actorq.security.redis_acl import main as redis_acl_main
+
+        return redis_acl_main(argv[1:])
     args = build_parser().parse_args(argv)
     from actorq.service import USER_ERRORS
 

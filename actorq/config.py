@@ -130,6 +130,32 @@ def _check_port(name: str, port: int) -> None:
     )
 
 
+def redact_url(url: str) -> str:
+    """`url` with any password replaced by ***, for logs and error messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    auth, _, host = rest.partition("@")
+    user, colon, _password = auth.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{host}"
+
+
+def _check_security(settings: CommonSettings) -> None:
+    """Security settings name readable files; imported late (security imports config)."""
+    from actorq.security.signing import load_policy_keys
+    from actorq.security.tls import TlsConfig, parse_peer_names
+
+    tls = TlsConfig.from_settings(settings)
+    for name in ("tls_allowed_stop_peers", "tls_allowed_publishers"):
+        parse_peer_names(getattr(settings, name, ""), name, tls)
+    if settings.redis_password_file:
+        _check(
+            os.path.isfile(settings.redis_password_file),
+            f"redis_password_file: expected a readable file, got {settings.redis_password_file!r}",
+        )
+    load_policy_keys(settings.policy_key_file, settings.policy_previous_key_file)
+
+
 @dataclass
 class CommonSettings:
     """Settings every service shares."""
@@ -140,12 +166,24 @@ class CommonSettings:
     grpc_port: int = 0  # 0 = pick a free port and print it
     metrics_port: int = 0  # Prometheus /metrics; 0 = pick a free port, -1 = disabled
     log_level: str = "INFO"
+    # Security, all off when empty (OPERATIONS.md): TLS/mTLS on gRPC, Redis password from a
+    # file (e.g. a mounted Secret; the user name goes in redis_url), policy blob HMAC keys.
+    tls_ca: str = ""  # CA certificate (PEM); set = TLS on every gRPC server and channel
+    tls_cert: str = ""  # this service's certificate (PEM), as server and as client
+    tls_key: str = ""  # its private key (PEM)
+    tls_require_client_cert: bool = False  # mutual TLS: servers refuse clients without one
+    tls_server_name: str = ""  # name to check in servers' certs instead of the address host
+    redis_password_file: str = ""  # file holding the Redis password (when the URL has none)
+    policy_key_file: str = ""  # HMAC key: the quantizer signs blobs, actors require it
+    policy_previous_key_file: str = ""  # still accepted by actors while a key is rotated
+    tls_allowed_stop_peers: str = ""  # mTLS: cert names allowed to call Control.Stop
 
     def __post_init__(self) -> None:
         _check(
             self.redis_url.startswith(("redis://", "rediss://", "unix://")),
-            f"redis_url: expected redis://host:port/db, got {self.redis_url!r}",
+            f"redis_url: expected redis://host:port/db, got {redact_url(self.redis_url)!r}",
         )
+        _check_security(self)
         _check_port("grpc_port", self.grpc_port)
         _check(
             self.metrics_port == -1 or 0 <= self.metrics_port <= 65535,
@@ -161,6 +199,7 @@ class QuantizerSettings(CommonSettings):
     keep_versions: int = 5  # policy versions kept in Redis; older ones are deleted
     chunk_bytes: int = 1 << 20  # size of blob chunks sent to actors (well under 4 MiB)
     max_publish_bytes: int = 1 << 30  # refuse weight streams declaring more than this
+    tls_allowed_publishers: str = ""  # mTLS: cert names allowed to PublishWeights
 
     def __post_init__(self) -> None:
         super().__post_init__()

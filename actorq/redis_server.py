@@ -17,8 +17,10 @@ from types import TracebackType
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError, NoPermissionError
 from redis.retry import Retry
 
+from actorq.config import redact_url
 from actorq.procutil import die_with_parent
 
 _HOST = "127.0.0.1"
@@ -35,15 +37,35 @@ def find_free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def check_redis(url: str, timeout: float = 1.0) -> None:
-    """Raise `RedisUnavailable` naming `url` unless a Redis there answers PING in time."""
+def check_redis(url: str, timeout: float = 1.0, password: str | None = None) -> None:
+    """Raise `RedisUnavailable` naming `url` unless a Redis there answers PING in time.
+
+    `password` (when given) is used if the URL holds none; passwords never reach messages.
+    """
     client = redis.Redis.from_url(
-        url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        url,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+        password=password,
     )
+    shown = redact_url(url)
     try:
         client.ping()
+    except (AuthenticationError, AuthorizationError) as exc:
+        raise RedisUnavailable(
+            f"Redis at {shown} refused the credentials (user and password in the URL or "
+            f"ACTORQ_REDIS_PASSWORD_FILE): {exc}"
+        ) from exc
+    except redis.ResponseError as exc:
+        if isinstance(exc, NoPermissionError) or "NOAUTH" in str(exc):
+            raise RedisUnavailable(
+                f"Redis at {shown} needs a user and password (redis://user:pass@host:port/0 "
+                f"or ACTORQ_REDIS_PASSWORD_FILE): {exc}"
+            ) from exc
+        raise RedisUnavailable(f"Redis at {shown} answered PING with an error: {exc}") from exc
     except (redis.RedisError, OSError) as exc:
-        raise RedisUnavailable(f"no Redis answers at {url}: {exc}") from exc
+        raise RedisUnavailable(f"no Redis answers at {shown}: {exc}") from exc
     finally:
         client.close()
 

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -36,11 +37,27 @@ def setup_logging(level: str = "INFO") -> None:
     )
 
 
-def connect_redis(url: str, check_timeout: float = 5.0) -> redis.Redis:
-    """A client that retries with backoff; raises RedisUnavailable naming `url`."""
-    check_redis(url, timeout=check_timeout)
+def read_password_file(path: str) -> str | None:
+    """The Redis password in `path` (surrounding whitespace stripped); None for no path."""
+    if not path:
+        return None
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"redis_password_file: cannot read {path!r}: {exc.strerror}") from None
+
+
+def connect_redis(url: str, check_timeout: float = 5.0, password_file: str = "") -> redis.Redis:
+    """A client that retries with backoff; raises RedisUnavailable naming `url`.
+
+    The user name comes from the URL; the password from the URL or, when the URL has none,
+    from `password_file` (a mounted Secret), so it need not sit in the environment.
+    """
+    password = read_password_file(password_file)
+    check_redis(url, timeout=check_timeout, password=password)
     return redis.Redis.from_url(
         url,
+        password=password,
         socket_timeout=10.0,
         socket_connect_timeout=5.0,
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8),

@@ -21,6 +21,8 @@ from actorq import metrics
 from actorq.models import MLPSpec
 from actorq.quant import BlobError, build_policy_module, decode_policy, precision_name
 from actorq.rpc import make_channel
+from actorq.security.signing import NO_KEYS, PolicyKeys
+from actorq.security.tls import TlsConfig
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 
@@ -46,8 +48,12 @@ class PolicyFollower:
         instance_id: str,
         expected_spec: MLPSpec | None = None,
         max_backoff: float = 2.0,
+        keys: PolicyKeys = NO_KEYS,  # with keys, unsigned or badly signed blobs are refused
+        tls: TlsConfig | None = None,  # None: as ACTORQ_TLS_* configure this process
     ) -> None:
         self._address = address
+        self._keys = keys
+        self._tls = tls
         self._instance = instance_id
         self._spec = expected_spec
         self._max_backoff = max_backoff
@@ -57,6 +63,7 @@ class PolicyFollower:
         self.current: LoadedPolicy | None = None
         self.latest_announced = 0
         self.rejections = 0
+        self.rejections_by_reason: dict[str, int] = {}
         self.loads = 0
         self.bytes_received = 0
         self._loaded_event = threading.Event()
@@ -78,7 +85,7 @@ class PolicyFollower:
     def _run(self) -> None:
         backoff = 0.1
         while not self._stop.is_set():
-            channel = make_channel(self._address)
+            channel = make_channel(self._address, self._tls)
             try:
                 self._follow(ps_grpc.ParameterServerStub(channel))
                 backoff = 0.1
@@ -137,7 +144,7 @@ class PolicyFollower:
                 return
             raise
         try:
-            policy = decode_policy(envelope, self._spec)
+            policy = decode_policy(envelope, self._spec, self._keys)
             if policy.version != announcement.version:
                 raise BlobError(
                     f"blob holds version {policy.version}, expected {announcement.version}"
@@ -161,6 +168,19 @@ class PolicyFollower:
     def _reject(self, version: int, exc: Exception) -> None:
         self.rejections += 1
         reason = type(exc).__name__
+        seen = self.rejections_by_reason.get(reason, 0) + 1
+        self.rejections_by_reason[reason] = seen
         metrics.ACTOR_POLICY_REJECTIONS.labels(self._instance, reason).inc()
         kept = self.current.version if self.current else 0
-        log.warning("refused policy version %d (%s); keeping version %d", version, exc, kept)
+        # Logged once per reason: a forger or a corrupt store must not flood the logs; the
+        # metric counts every refusal.
+        level = logging.WARNING if seen == 1 else logging.DEBUG
+        log.log(
+            level,
+            "refused policy version %d (%s: %s); keeping version %d%s",
+            version,
+            reason,
+            exc,
+            kept,
+            "; further refusals for this reason are counted, not logged" if seen == 1 else "",
+        )

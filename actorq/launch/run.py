@@ -15,12 +15,13 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
-from actorq.config import RunSettings
+from actorq.config import RunSettings, redact_url
 from actorq.envs import describe_env
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import (
@@ -37,6 +38,7 @@ from actorq.launch.supervisor import Supervisor
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis, check_redis, find_free_port
+from actorq.service import read_password_file
 
 log = logging.getLogger("actorq.run")
 
@@ -186,7 +188,8 @@ def run(settings: RunSettings) -> int:
     env_info = describe_env(settings.env)  # unknown env: clear error before anything starts
     spec = MLPSpec(env_info.obs_dim, env_info.num_actions, settings.hidden)
     if settings.redis_url:
-        check_redis(settings.redis_url, timeout=3.0)
+        password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
+        check_redis(settings.redis_url, timeout=3.0, password=password)
     run_dir = Path(settings.run_dir) if settings.run_dir else default_run_dir(settings)
     run_dir.mkdir(parents=True, exist_ok=True)
     prefix = f"actorq:{run_dir.name}:{uuid.uuid4().hex[:6]}"
@@ -213,20 +216,25 @@ def _resolved_config(
     config = dataclasses.asdict(settings)
     config.update(
         run_dir=str(run_dir),
-        redis_url=redis_url,
+        redis_url=redact_url(redis_url),
         redis_prefix=prefix,
         python=sys.version.split()[0],
     )
-    config["inherited_env"] = {k: v for k, v in os.environ.items() if k.startswith("ACTORQ_")}
+    config["inherited_env"] = _public_env(os.environ)
     config["services"] = {
         p.name: {
             "grpc": p.address,
             "metrics": f"http://127.0.0.1:{p.env['ACTORQ_METRICS_PORT']}/metrics",
-            "env": {k: v for k, v in p.env.items() if k.startswith("ACTORQ_")},
+            "env": _public_env(p.env),
         }
         for p in cluster.all
     }
     return config
+
+
+def _public_env(env: Mapping[str, str]) -> dict[str, str]:
+    """ACTORQ_* variables with passwords in URLs masked: config.json is not a secret."""
+    return {k: redact_url(v) for k, v in env.items() if k.startswith("ACTORQ_")}
 
 
 def _run_cluster(
@@ -249,7 +257,8 @@ def _run_cluster(
     code = EXIT_OK
     try:
         _start(cluster, view)
-        client = redis.Redis.from_url(redis_url)
+        password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
+        client = redis.Redis.from_url(redis_url, password=password)
         monitor = RunMonitor(
             client,
             RedisKeys(prefix),

@@ -23,6 +23,7 @@ from actorq.models import MLPSpec
 from actorq.quant import spec_to_proto
 from actorq.quantizer.assembler import weight_chunks
 from actorq.rpc import make_channel
+from actorq.security.tls import TlsConfig
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 
@@ -45,8 +46,9 @@ class WeightsPublisher:
         precision: int,
         start_version: int,
         latest_stored: Callable[[], int],  # reads Redis's `latest` after a refusal
+        tls: TlsConfig | None = None,  # None: as ACTORQ_TLS_* configure this process
     ) -> None:
-        self._stub = ps_grpc.ParameterServerStub(make_channel(address))
+        self._stub = ps_grpc.ParameterServerStub(make_channel(address, tls))
         self._spec = spec
         self._precision = precision
         self._latest_stored = latest_stored

@@ -12,7 +12,7 @@ import hmac
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -29,6 +29,9 @@ from actorq.quant.tensors import (
 )
 from actorq.quant.weights import validate_weights
 from actorq.v1 import policy_pb2
+
+if TYPE_CHECKING:  # a runtime import would be circular (security -> quant.errors)
+    from actorq.security.signing import PolicyKeys
 
 SHA256_BYTES = 32
 MLP_KIND = "mlp"
@@ -88,11 +91,13 @@ def encode_policy(
     learner_step: int,
     *,
     created_unix_ms: int | None = None,
+    keys: PolicyKeys | None = None,
 ) -> EncodedPolicy:
     """Validate fp32 `weights`, encode them at `precision` and wrap them in an envelope.
 
     2-D weights are stored at `precision`; biases always stay FLOAT32 (they are tiny and
     int8 biases would cost accuracy for no bandwidth). Raises WeightsError on bad weights.
+    With enabled `keys` the envelope carries an HMAC of the payload under the current key.
     """
     validate_weights(weights, spec)
     precision_name(precision)  # ValueError on an unknown precision
@@ -110,7 +115,10 @@ def encode_policy(
     )
     payload = policy.SerializeToString()
     digest = hashlib.sha256(payload).digest()
-    envelope = policy_pb2.PolicyEnvelope(payload=payload, sha256=digest).SerializeToString()
+    envelope_msg = policy_pb2.PolicyEnvelope(payload=payload, sha256=digest)
+    if keys is not None and keys.enabled:
+        envelope_msg.key_id, envelope_msg.hmac_sha256 = keys.sign(payload)
+    envelope = envelope_msg.SerializeToString()
     return EncodedPolicy(
         envelope=envelope,
         sha256=digest,
@@ -144,13 +152,16 @@ def _encode_tensors(
     return tensors, worst
 
 
-def decode_policy(envelope: bytes, expected_spec: MLPSpec | None = None) -> policy_pb2.Policy:
+def decode_policy(
+    envelope: bytes, expected_spec: MLPSpec | None = None, keys: PolicyKeys | None = None
+) -> policy_pb2.Policy:
     """Verify and parse an envelope; BlobError (keep the old policy) on any problem.
 
-    Checks, in order: envelope parses, sha256 matches the payload, payload parses, the
+    Checks, in order: envelope parses, sha256 matches the payload, (with enabled `keys`)
+    the HMAC is valid under a known key (SignatureError otherwise), payload parses, the
     policy is self-consistent (`validate_policy`), and its spec equals `expected_spec`.
     """
-    payload = _verified_payload(envelope)
+    payload = _verified_payload(envelope, keys)
     try:
         policy = policy_pb2.Policy.FromString(payload)
     except DecodeError as err:
@@ -161,7 +172,7 @@ def decode_policy(envelope: bytes, expected_spec: MLPSpec | None = None) -> poli
     return policy
 
 
-def _verified_payload(envelope: bytes) -> bytes:
+def _verified_payload(envelope: bytes, keys: PolicyKeys | None = None) -> bytes:
     try:
         parsed = policy_pb2.PolicyEnvelope.FromString(envelope)
     except DecodeError as err:
@@ -177,6 +188,8 @@ def _verified_payload(envelope: bytes) -> bytes:
             f"policy checksum mismatch: envelope says {parsed.sha256.hex()[:16]}..., "
             f"payload hashes to {actual.hex()[:16]}..."
         )
+    if keys is not None and keys.enabled:
+        keys.verify(parsed.payload, parsed.key_id, parsed.hmac_sha256)
     return parsed.payload
 
 

@@ -12,3 +12,10 @@ class BlobError(ValueError):
 
     Actors keep their previous policy when they see this error.
     """
+
+
+class SignatureError(BlobError):
+    """A policy blob is unsigned, signed with an unknown key, or its HMAC does not match.
+
+    Raised only by readers that hold policy keys; the actor keeps its previous policy.
+    """

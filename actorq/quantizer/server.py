@@ -12,8 +12,11 @@ import grpc
 from actorq import metrics
 from actorq.quant import EncodedPolicy, WeightsError, encode_policy, precision_name
 from actorq.quantizer.assembler import PublishError, assemble
-from actorq.quantizer.store import Announcement, PolicyStore
-from actorq.rpc.errors import FailedPrecondition, abort_on_error
+from actorq.quantizer.store import Announcement, PolicyStore, check_version
+from actorq.rpc.errors import DataLoss, FailedPrecondition, abort_on_error
+from actorq.rpc.guard import MalformedRequest
+from actorq.security.signing import NO_KEYS, PolicyKeys
+from actorq.security.tls import check_peer_allowed, peer_names
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
@@ -61,11 +64,13 @@ class VersionBoard:
 
 
 def _rejection_reason(exc: Exception) -> str:
+    if isinstance(exc, DataLoss):
+        return "corrupt_store"
     if isinstance(exc, FailedPrecondition):
         return "version_rollback"
     if isinstance(exc, WeightsError):
         return "invalid_weights"
-    if isinstance(exc, PublishError):
+    if isinstance(exc, PublishError | MalformedRequest):
         return "malformed_stream"
     return "invalid_header"
 
@@ -79,14 +84,17 @@ class ParameterServer:
         chunk_bytes: int = 1 << 20,
         max_publish_bytes: int = 1 << 30,
         default_precision: int = policy_pb2.PRECISION_INT8,
+        keys: PolicyKeys = NO_KEYS,  # with a current key every stored blob is signed
     ) -> None:
         self.store = store
+        self.keys = keys
         self.chunk_bytes = chunk_bytes
         self.max_publish_bytes = max_publish_bytes
         self.default_precision = default_precision
         self.board = VersionBoard(self._stored_latest())
         self._publish_lock = threading.Lock()
         self.counters = {"publishes": 0, "rejections": 0, "blobs_served": 0}
+        self._logged_reasons: set[str] = set()
         self.bytes_sent = 0
         self.fp32_bytes_sent = 0
 
@@ -96,24 +104,44 @@ class ParameterServer:
             return self.store.announcement(0)
         except LookupError:
             return None
+        except DataLoss as exc:  # serve nothing until the learner's next version
+            log.warning("not serving the stored latest version: %s", exc)
+            return None
 
     def publish(self, chunks: Iterable[ps_pb2.PublishChunk]) -> EncodedPolicy:
         try:
             with self._publish_lock:
                 encoded = self._publish_locked(chunks)
-        except (ValueError, FailedPrecondition) as exc:  # bad input; nothing was stored
-            self.counters["rejections"] += 1
-            metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(_rejection_reason(exc)).inc()
-            log.warning("refused a publication: %s", exc)
+        except (ValueError, FailedPrecondition, DataLoss) as exc:  # nothing was stored
+            self.count_rejection(_rejection_reason(exc), exc)
             raise
         self.board.post(Announcement.of(encoded))  # what was just stored; no re-read
         self._record_publish(encoded)
         return encoded
 
+    def count_rejection(self, reason: str, exc: Exception) -> None:
+        """Every refusal is counted; each reason is logged once (a bad client cannot flood
+        the log), later ones at DEBUG."""
+        self.counters["rejections"] += 1
+        metrics.QUANTIZER_PUBLISH_REJECTIONS.labels(reason).inc()
+        first = reason not in self._logged_reasons
+        self._logged_reasons.add(reason)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "refused a publication (%s): %s%s",
+            reason,
+            exc,
+            "; further refusals for this reason are counted, not logged" if first else "",
+        )
+
     def _publish_locked(self, chunks: Iterable[ps_pb2.PublishChunk]) -> EncodedPolicy:
         started = time.perf_counter()
         assembled = assemble(chunks, self.max_publish_bytes)
         header = assembled.header
+        try:
+            check_version(header.version)
+        except ValueError as exc:
+            raise PublishError(str(exc)) from None
         latest = self.store.latest_version()
         if header.version <= latest:  # cheap check before spending time quantizing
             raise FailedPrecondition(
@@ -121,7 +149,12 @@ class ParameterServer:
             )
         precision = header.precision or self.default_precision
         encoded = encode_policy(
-            assembled.weights, assembled.spec, precision, header.version, header.learner_step
+            assembled.weights,
+            assembled.spec,
+            precision,
+            header.version,
+            header.learner_step,
+            keys=self.keys,
         )
         self.store.save(encoded)
         metrics.QUANTIZER_QUANTIZE_SECONDS.observe(time.perf_counter() - started)
@@ -191,12 +224,21 @@ def _announcement_message(a: Announcement) -> ps_pb2.PolicyAnnouncement:
 class ParameterServerServicer(ps_grpc.ParameterServerServicer):
     """Converts messages and delegates to ParameterServer; errors map to gRPC status."""
 
-    def __init__(self, server: ParameterServer) -> None:
+    def __init__(self, server: ParameterServer, publishers: frozenset[str] = frozenset()) -> None:
         self._server = server
+        self._publishers = publishers  # mTLS certificate names allowed to publish; empty = any
 
     def PublishWeights(
         self, request_iterator: Iterator[ps_pb2.PublishChunk], context: grpc.ServicerContext
     ) -> ps_pb2.PublishReply:
+        if not check_peer_allowed(context, self._publishers, "PublishWeights"):
+            peer = ", ".join(sorted(peer_names(context))) or "no name"
+            self._server.count_rejection("permission_denied", PermissionError(peer))
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "this client's certificate may not publish weights (allowed: "
+                f"{', '.join(sorted(self._publishers))})",
+            )
         with abort_on_error(context):
             encoded = self._server.publish(request_iterator)
             return ps_pb2.PublishReply(
@@ -220,8 +262,11 @@ class ParameterServerServicer(ps_grpc.ParameterServerServicer):
             yield from self._server.blob_chunks(request.version)
 
 
-def parameter_server_service(server: ParameterServer) -> tuple[str, Callable[[grpc.Server], None]]:
-    """(service name, registrar) for `GrpcServer`."""
-    servicer = ParameterServerServicer(server)
+def parameter_server_service(
+    server: ParameterServer, publishers: frozenset[str] = frozenset()
+) -> tuple[str, Callable[[grpc.Server], None]]:
+    """(service name, registrar) for `GrpcServer`; `publishers` limits PublishWeights to
+    clients whose (mutual TLS) certificate names one of them."""
+    servicer = ParameterServerServicer(server, publishers)
     name = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
     return name, lambda s: ps_grpc.add_ParameterServerServicer_to_server(servicer, s)

@@ -14,7 +14,11 @@ import redis
 
 from actorq.quant import EncodedPolicy
 from actorq.redis_keys import RedisKeys
-from actorq.rpc.errors import FailedPrecondition
+from actorq.rpc.errors import DataLoss, FailedPrecondition
+
+# Lua numbers and sorted-set scores are doubles: versions above 2**53 - 1 would compare
+# wrongly and come back from the script as overflowed integers, so they are refused.
+MAX_VERSION = (1 << 53) - 1
 
 # KEYS[1] = latest, KEYS[2] = versions zset; ARGV[1] = version.
 _MOVE_LATEST = """
@@ -52,6 +56,12 @@ class Announcement:
         )
 
 
+def check_version(version: int) -> None:
+    """ValueError (INVALID_ARGUMENT) unless 1 <= version <= MAX_VERSION."""
+    if not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"policy version must be in 1..{MAX_VERSION} (2**53 - 1), got {version}")
+
+
 class PolicyStore:
     """Stores the last `keep_versions` policy versions under `keys`."""
 
@@ -65,10 +75,19 @@ class PolicyStore:
 
     def latest_version(self) -> int:
         value = self._redis.get(self._keys.policy_latest)
-        return int(value) if value is not None else 0
+        if value is None:
+            return 0
+        try:
+            return int(value)
+        except ValueError:
+            raise DataLoss(
+                f"{self._keys.policy_latest} holds {bytes(value)[:40]!r}, expected an integer "
+                "version; fix or delete it (OPERATIONS.md)"
+            ) from None
 
     def save(self, encoded: EncodedPolicy) -> None:
         """Store one version; FailedPrecondition if it is not newer than `latest`."""
+        check_version(encoded.version)
         latest = self.latest_version()
         if encoded.version <= latest:
             raise FailedPrecondition(
@@ -143,13 +162,18 @@ class PolicyStore:
         meta = self._redis.hgetall(self._keys.policy_meta(resolved))
         if not meta:
             raise LookupError(f"policy version {resolved} has no metadata")
-        get = {k.decode(): v.decode() for k, v in meta.items()}
-        return Announcement(
-            version=resolved,
-            precision=int(get["precision"]),
-            blob_bytes=int(get["blob_bytes"]),
-            sha256=bytes.fromhex(get["sha256"]),
-            learner_step=int(get["learner_step"]),
-            fp32_equivalent_bytes=int(get["fp32_equivalent_bytes"]),
-            quantization_error=float(get["quantization_error"]),
-        )
+        try:
+            get = {k.decode(): v.decode() for k, v in meta.items()}
+            return Announcement(
+                version=resolved,
+                precision=int(get["precision"]),
+                blob_bytes=int(get["blob_bytes"]),
+                sha256=bytes.fromhex(get["sha256"]),
+                learner_step=int(get["learner_step"]),
+                fp32_equivalent_bytes=int(get["fp32_equivalent_bytes"]),
+                quantization_error=float(get["quantization_error"]),
+            )
+        except (KeyError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise DataLoss(
+                f"{self._keys.policy_meta(resolved)} is corrupt ({type(exc).__name__}: {exc})"
+            ) from None

@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from actorq.security.tls import check_peer_allowed
 from actorq.v1 import control_pb2, control_pb2_grpc
+
+MAX_REASON_CHARS = 200
+
+
+def safe_reason(text: str) -> str:
+    """A caller's stop reason fit for one log line: cut short, control characters escaped."""
+    text = text[:MAX_REASON_CHARS]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 @dataclass
@@ -24,9 +33,15 @@ class StatusSnapshot:
 class ControlServicer(control_pb2_grpc.ControlServicer):
     """Converts messages and delegates to the service's own status and stop callables."""
 
-    def __init__(self, status: Callable[[], StatusSnapshot], stop: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        status: Callable[[], StatusSnapshot],
+        stop: Callable[[str], None],
+        stop_peers: frozenset[str] = frozenset(),
+    ) -> None:
         self._status = status
         self._stop = stop
+        self._stop_peers = stop_peers  # mTLS certificate names allowed to Stop; empty = any
 
     def GetStatus(
         self, request: control_pb2.GetStatusRequest, context: grpc.ServicerContext
@@ -43,14 +58,22 @@ class ControlServicer(control_pb2_grpc.ControlServicer):
     def Stop(
         self, request: control_pb2.StopRequest, context: grpc.ServicerContext
     ) -> control_pb2.StopReply:
-        self._stop(request.reason or "stop requested over gRPC")
+        if not check_peer_allowed(context, self._stop_peers, "Stop"):
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"this client's certificate may not call Stop (allowed: "
+                f"{', '.join(sorted(self._stop_peers))})",
+            )
+        self._stop(safe_reason(request.reason or "stop requested over gRPC"))
         return control_pb2.StopReply(accepted=True)
 
 
 def control_service(
-    status: Callable[[], StatusSnapshot], stop: Callable[[str], None]
+    status: Callable[[], StatusSnapshot],
+    stop: Callable[[str], None],
+    stop_peers: frozenset[str] = frozenset(),
 ) -> tuple[str, Callable[[grpc.Server], None]]:
     """(service name, registrar) for `GrpcServer`."""
-    servicer = ControlServicer(status, stop)
+    servicer = ControlServicer(status, stop, stop_peers)
     name = control_pb2.DESCRIPTOR.services_by_name["Control"].full_name
     return name, lambda server: control_pb2_grpc.add_ControlServicer_to_server(servicer, server)

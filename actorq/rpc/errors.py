@@ -25,8 +25,14 @@ class FailedPrecondition(RuntimeError):
     """The request is well formed but conflicts with stored state (e.g. version rollback)."""
 
 
+class DataLoss(RuntimeError):
+    """Stored state is corrupt (e.g. a Redis value that does not parse)."""
+
+
 def status_for(exc: BaseException) -> grpc.StatusCode:
     """The gRPC status code a domain exception maps to."""
+    if isinstance(exc, DataLoss):
+        return grpc.StatusCode.DATA_LOSS
     if isinstance(exc, FailedPrecondition):
         return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, ValueError):

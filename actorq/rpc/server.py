@@ -10,8 +10,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from actorq.rpc.channel import CHANNEL_OPTIONS
+from actorq.rpc.channel import CHANNEL_OPTIONS, SERVER_KEEPALIVE_OPTIONS
 from actorq.rpc.errors import PortInUseError
+from actorq.rpc.guard import DecodeGuard
+from actorq.security.tls import PLAINTEXT, TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,7 @@ class GrpcServer:
 
     `services` are (full service name, registrar) pairs, e.g.
     ("actorq.v1.ParameterServer", lambda s: add_ParameterServerServicer_to_server(x, s)).
+    With an enabled `tls` the port speaks only TLS (mutual TLS if it requires client certs).
     """
 
     def __init__(
@@ -31,10 +34,12 @@ class GrpcServer:
         port: int,
         services: Sequence[tuple[str, Registrar]],
         max_workers: int = 64,
+        tls: TlsConfig = PLAINTEXT,
     ) -> None:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
-            options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
+            options=[*CHANNEL_OPTIONS, *SERVER_KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
+            interceptors=[DecodeGuard()],  # undecodable requests: INVALID_ARGUMENT
         )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -50,12 +55,16 @@ class GrpcServer:
             self._server,
         )
         self._names = names
+        self.tls = tls
         self.port = self._bind(host, port)
 
     def _bind(self, host: str, port: int) -> int:
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = self._server.add_insecure_port(address)
+            if self.tls.enabled:
+                bound = self._server.add_secure_port(address, self.tls.server_credentials())
+            else:
+                bound = self._server.add_insecure_port(address)
         except RuntimeError as exc:
             raise PortInUseError(f"cannot listen on {address}: port in use or not allowed") from exc
         if bound == 0:

@@ -80,9 +80,13 @@ class Policy(_message.Message):
     def __init__(self, version: _Optional[int] = ..., learner_step: _Optional[int] = ..., precision: _Optional[_Union[Precision, str]] = ..., spec: _Optional[_Union[ModelSpec, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., created_unix_ms: _Optional[int] = ..., fp32_equivalent_bytes: _Optional[int] = ...) -> None: ...
 
 class PolicyEnvelope(_message.Message):
-    __slots__ = ("payload", "sha256")
+    __slots__ = ("payload", "sha256", "hmac_sha256", "key_id")
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    HMAC_SHA256_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
     payload: bytes
     sha256: bytes
-    def __init__(self, payload: _Optional[bytes] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+    hmac_sha256: bytes
+    key_id: str
+    def __init__(self, payload: _Optional[bytes] = ..., sha256: _Optional[bytes] = ..., hmac_sha256: _Optional[bytes] = ..., key_id: _Optional[str] = ...) -> None: ...

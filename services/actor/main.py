@@ -20,6 +20,8 @@ from actorq.envs import describe_env, make_vector_env
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.security.signing import load_policy_keys
+from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.actor")
@@ -28,21 +30,34 @@ log = logging.getLogger("actorq.actor")
 def serve(settings: ActorSettings) -> int:
     torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
     describe_env(settings.env_id)  # unknown or unsupported env: clear error before anything starts
-    client = connect_redis(settings.redis_url)
+    client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     settings = claim_actor_index(settings, client, keys)  # replicas of one template (-1)
     runtime = ServiceRuntime(settings.instance_id)
     env = make_vector_env(
         settings.env_id, settings.envs_per_actor, settings.seed + 1000 * settings.actor_index
     )
-    follower = PolicyFollower(settings.quantizer_addr, settings.instance_id).start()
+    tls = TlsConfig.from_settings(settings)
+    follower = PolicyFollower(
+        settings.quantizer_addr,
+        settings.instance_id,
+        keys=load_policy_keys(settings.policy_key_file, settings.policy_previous_key_file),
+        tls=tls,
+    ).start()
     kind = Evaluator if settings.evaluator else Actor
     worker = kind(settings, env, follower, client, keys, runtime.stop_event)
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
-        [control_service(lambda: _status(worker, follower, runtime), runtime.request_stop)],
+        [
+            control_service(
+                lambda: _status(worker, follower, runtime),
+                runtime.request_stop,
+                allowed_peers(settings, "tls_allowed_stop_peers"),
+            )
+        ],
         max_workers=4,
+        tls=tls,
     )
     metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
     server.start()

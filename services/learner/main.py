@@ -25,6 +25,7 @@ from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
 
 log = logging.getLogger("actorq.learner")
@@ -43,7 +44,7 @@ def dist_config(settings: LearnerSettings) -> DistConfig:
 def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRuntime) -> Learner:
     info = describe_env(settings.env_id)
     spec = MLPSpec(info.obs_dim, info.num_actions, settings.hidden)
-    client = connect_redis(settings.redis_url)
+    client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     dist = dist_config(settings)
     publisher = None
@@ -55,6 +56,7 @@ def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRun
             parse_precision(settings.precision),
             start_version=store.latest_version(),
             latest_stored=store.latest_version,
+            tls=TlsConfig.from_settings(settings),
         )
     return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event, dist)
 
@@ -112,8 +114,15 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
-        [control_service(_status_fn(learner, runtime), runtime.request_stop)],
+        [
+            control_service(
+                _status_fn(learner, runtime),
+                runtime.request_stop,
+                allowed_peers(settings, "tls_allowed_stop_peers"),
+            )
+        ],
         max_workers=4,
+        tls=TlsConfig.from_settings(settings),
     )
     metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
     server.start()

@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 
 from actorq import metrics
-from actorq.config import QuantizerSettings, load_settings
+from actorq.config import QuantizerSettings, load_settings, redact_url
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.security.signing import load_policy_keys
+from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_main, setup_logging
 
 log = logging.getLogger("actorq.quantizer")
@@ -21,9 +23,10 @@ log = logging.getLogger("actorq.quantizer")
 
 def serve(settings: QuantizerSettings) -> int:
     runtime = ServiceRuntime("quantizer")
-    client = connect_redis(settings.redis_url)
+    client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     store = PolicyStore(client, RedisKeys(settings.redis_prefix), settings.keep_versions)
-    params = ParameterServer(store, settings.chunk_bytes, settings.max_publish_bytes)
+    keys = load_policy_keys(settings.policy_key_file, settings.policy_previous_key_file)
+    params = ParameterServer(store, settings.chunk_bytes, settings.max_publish_bytes, keys=keys)
 
     def status() -> StatusSnapshot:
         latest = params.board.latest
@@ -44,23 +47,37 @@ def serve(settings: QuantizerSettings) -> int:
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
-        [parameter_server_service(params), control_service(status, runtime.request_stop)],
+        [
+            parameter_server_service(params, allowed_peers(settings, "tls_allowed_publishers")),
+            control_service(
+                status, runtime.request_stop, allowed_peers(settings, "tls_allowed_stop_peers")
+            ),
+        ],
         max_workers=512,  # one thread per open WatchPolicy stream, plus headroom
+        tls=TlsConfig.from_settings(settings),
     )
     metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
     server.start()
     log.info(
-        "quantizer serving on %s:%d (metrics %s), redis %s, latest version %d",
+        "quantizer serving on %s:%d (%s, metrics %s), redis %s, latest version %d, %s",
         settings.bind_host,
         server.port,
+        _tls_mode(server.tls),
         metrics_port,
-        settings.redis_url,
+        redact_url(settings.redis_url),
         store.latest_version(),
+        f"signing with key {keys.current.key_id}" if keys.current else "blobs unsigned",
     )
     runtime.wait()
     params.close()
     server.stop(grace=2.0)
     return 0
+
+
+def _tls_mode(tls: TlsConfig) -> str:
+    if not tls.enabled:
+        return "plaintext"
+    return "mutual TLS" if tls.require_client_cert else "TLS"
 
 
 def main() -> None:

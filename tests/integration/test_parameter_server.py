@@ -314,3 +314,20 @@ def test_follower_survives_quantizer_outage_and_late_start(
         server.stop(0.1)
     finally:
         follower.stop()
+
+
+@pytest.mark.parametrize("version", [(1 << 64) - 1, 1 << 53, 0])
+def test_version_beyond_exact_range_is_refused_and_does_not_wedge_the_store(
+    cluster: Cluster, version: int
+) -> None:
+    """Regression (found by the fuzzer): version 2**64-1 moved `latest` in the Lua script,
+    came back overflowed, so its blob was deleted but `latest` stayed at 2**64-1 and every
+    later publication was refused. Versions must fit a double exactly (<= 2**53 - 1)."""
+    header = _header(1)
+    header.version = version
+    with pytest.raises(grpc.RpcError) as info:
+        cluster.stub.PublishWeights(weight_chunks(header, _weights(1)), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "2**53 - 1" in info.value.details()
+    assert cluster.store.latest_version() == 0 and cluster.store.stored_versions() == []
+    assert cluster.publish(2).version == 2  # training goes on
