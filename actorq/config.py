@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 ENV_PREFIX = "ACTORQ_"
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
 
 T = TypeVar("T")
 

@@ -12,15 +12,22 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+OUTPUT_ACTIVATIONS = ("none", "tanh")
+
 
 @dataclass(frozen=True)
 class MLPSpec:
-    """Shape of an MLP: obs_dim -> hidden[0] -> ... -> hidden[-1] -> num_outputs."""
+    """Shape of an MLP: obs_dim -> hidden[0] -> ... -> hidden[-1] -> num_outputs.
+
+    `output_activation` is "none" for Q-networks and critics, "tanh" for deterministic
+    actors whose outputs are actions in [-1, 1].
+    """
 
     obs_dim: int
     num_outputs: int
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "relu"
+    output_activation: str = "none"
 
     def __post_init__(self) -> None:
         if self.obs_dim < 1 or self.num_outputs < 1:
@@ -32,6 +39,11 @@ class MLPSpec:
             raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")
         if self.activation != "relu":
             raise ValueError(f"unsupported activation {self.activation!r}; expected 'relu'")
+        if self.output_activation not in OUTPUT_ACTIVATIONS:
+            raise ValueError(
+                f"unsupported output_activation {self.output_activation!r}; "
+                f"expected one of {OUTPUT_ACTIVATIONS}"
+            )
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -82,4 +94,5 @@ class QNetwork(nn.Module):
         self.layers = nn.Sequential(*modules)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.layers(obs)
+        out = self.layers(obs)
+        return torch.tanh(out) if self.spec.output_activation == "tanh" else out

@@ -12,7 +12,7 @@ n          number of transitions N, ASCII decimal (>= 1)
 obs_dim    observation size D, ASCII decimal (>= 1)
 actor      actor id, UTF-8
 version    policy version that chose the actions, ASCII decimal (>= 0)
-precision  precision of that policy: "fp32", "fp16" or "int8"
+precision  precision of that policy: "fp32", "fp16", "int8" or "int4"
 obs        N*D float32 little-endian, row-major
 action     N int64 little-endian
 reward     N float32 little-endian
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 FORMAT_VERSION = "1"
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
 
 _F32 = np.dtype("<f4")
 _I64 = np.dtype("<i8")
