@@ -88,6 +88,7 @@ class DQNLearner:
         self, spec: MLPSpec, config: DQNConfig, device: str = "cpu", seed: int = 0
     ) -> None:
         self.spec = spec
+        self.policy_spec = spec  # the Q-network is the policy actors run
         self.config = config
         self.device = torch.device(device)
         # Seed a private RNG fork so building a learner never disturbs the caller's torch RNG.

@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 OUTPUT_ACTIVATIONS = ("none", "tanh")
@@ -80,11 +81,16 @@ def linear_layer_names(num_layers: int) -> list[str]:
 
 
 class QNetwork(nn.Module):
-    """fp32 MLP mapping observations to one value per output (Q-values for DQN)."""
+    """fp32 MLP mapping observations to one value per output (Q-values for DQN).
 
-    def __init__(self, spec: MLPSpec) -> None:
+    With `weight_bits` set, every forward uses fake-quantized weights (per output channel,
+    straight-through gradients): quantization-aware training of the broadcast policy.
+    """
+
+    def __init__(self, spec: MLPSpec, weight_bits: int | None = None) -> None:
         super().__init__()
         self.spec = spec
+        self.weight_bits = weight_bits
         modules: list[nn.Module] = []
         widths = spec.widths
         for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
@@ -94,5 +100,16 @@ class QNetwork(nn.Module):
         self.layers = nn.Sequential(*modules)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.layers(obs)
+        out = self.layers(obs) if self.weight_bits is None else self._fake_quantized(obs)
         return torch.tanh(out) if self.spec.output_activation == "tanh" else out
+
+    def _fake_quantized(self, obs: torch.Tensor) -> torch.Tensor:
+        from actorq.quant.fake import fake_quantize  # models must not import quant eagerly
+
+        x = obs
+        for layer in self.layers:
+            if isinstance(layer, nn.Linear):
+                x = F.linear(x, fake_quantize(layer.weight, self.weight_bits), layer.bias)
+            else:
+                x = layer(x)
+        return x
