@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from actorq import __version__
-from actorq.config import PRECISIONS, ConfigError, RunSettings, parse_int_tuple
+from actorq.config import ALGORITHMS, PRECISIONS, ConfigError, RunSettings, parse_int_tuple
 
 EXIT_USER_ERROR = 2
+CONTINUOUS_SAMPLES_PER_INSERT = 128.0
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -35,8 +36,18 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         description="Run ActorQ training with every service as a separate local process.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--env", default=d.env, help="gymnasium env id (discrete actions)")
-    p.add_argument("--algo", default=d.algo, choices=["dqn"], help="learning algorithm")
+    p.add_argument(
+        "--env",
+        default=d.env,
+        help="env id: gymnasium (CartPole-v1, Pendulum-v1, HalfCheetah-v5, ...) or "
+        "dmc:<domain>-<task>; discrete actions for dqn, continuous for the others",
+    )
+    p.add_argument(
+        "--algo",
+        default=d.algo,
+        choices=ALGORITHMS,
+        help="learning algorithm (hyperparameters: ACTORQ_<ALGO>_* variables)",
+    )
     p.add_argument("--actors", type=int, default=d.actors, help="actor processes")
     p.add_argument("--envs-per-actor", type=int, default=d.envs_per_actor, help="envs per actor")
     p.add_argument(
@@ -75,8 +86,17 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--samples-per-insert",
         type=float,
-        default=d.samples_per_insert,
-        help="replay ratio enforced between learner and actors",
+        default=None,
+        help="replay ratio enforced between learner and actors (default: "
+        f"{d.samples_per_insert:g} for dqn, {CONTINUOUS_SAMPLES_PER_INSERT:g} for the "
+        "continuous algorithms, which need about one update of 256 per 2 env steps)",
+    )
+    p.add_argument(
+        "--qat-bits",
+        type=int,
+        default=d.qat_bits,
+        help="quantization-aware training: fake-quantize the policy network's weights at "
+        "this width (2..8, straight-through gradients) while training; 0 = off",
     )
 
 
@@ -89,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
     return parser
+
+
+def _samples_per_insert(args: argparse.Namespace) -> float:
+    if args.samples_per_insert is not None:
+        return args.samples_per_insert
+    if args.algo != "dqn":
+        return CONTINUOUS_SAMPLES_PER_INSERT
+    return RunSettings().samples_per_insert
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -106,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         redis_url=args.redis_url,
         eval_envs=args.eval_envs,
-        samples_per_insert=args.samples_per_insert,
+        samples_per_insert=_samples_per_insert(args),
+        qat_bits=args.qat_bits,
     )
     from actorq.launch.run import run  # imports torch etc. only when needed
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 ENV_PREFIX = "ACTORQ_"
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
+ALGORITHMS = ("dqn", "ddpg", "td3", "sac", "d4pg")  # the same list as actorq.algos.ALGORITHMS
 
 T = TypeVar("T")
 
@@ -185,6 +186,12 @@ class ActorSettings(CommonSettings):
     episodes_maxlen: int = 100000  # cap of the episodes stream
     eval_min_interval: float = 1.0  # evaluator: seconds between round starts (caps its CPU)
     replay_stream_max_transitions: int = 1_000_000  # cap of the Redis replay stream
+    # Continuous actions (DDPG, TD3, SAC, D4PG): exploration around the tanh policy output.
+    noise: str = "gaussian"  # "gaussian" or "ou" (Ornstein-Uhlenbeck, per env)
+    noise_sigma: float = 0.1  # std of the Gaussian / OU noise, in units of the [-1, 1] range
+    random_steps: int = 0  # uniform random actions for this many env steps first
+    n_step: int = 1  # > 1: actors emit n-step transitions (D4PG); reward = discounted sum
+    gamma: float = 0.99  # discount of those n-step sums (match the learner's)
 
     @property
     def instance_id(self) -> str:
@@ -211,6 +218,13 @@ class ActorSettings(CommonSettings):
             self.samples_per_insert >= 0,
             f"samples_per_insert: expected >= 0, got {self.samples_per_insert}",
         )
+        _check(
+            self.noise in ("gaussian", "ou"), f"noise: expected gaussian or ou, got {self.noise!r}"
+        )
+        _check(self.noise_sigma >= 0, f"noise_sigma: expected >= 0, got {self.noise_sigma}")
+        _check(self.random_steps >= 0, f"random_steps: expected >= 0, got {self.random_steps}")
+        _check(1 <= self.n_step <= 255, f"n_step: expected 1..255, got {self.n_step}")
+        _check(0 <= self.gamma <= 1, f"gamma: expected 0..1, got {self.gamma}")
 
 
 @dataclass
@@ -230,6 +244,7 @@ class LearnerSettings(CommonSettings):
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
     device: str = "cpu"
     torch_threads: int = 1
+    algo: str = "dqn"  # dqn, ddpg, td3, sac or d4pg; hyperparameters from ACTORQ_<ALGO>_*
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -248,6 +263,10 @@ class LearnerSettings(CommonSettings):
             f"checkpoint_every: expected >= 1, got {self.checkpoint_every}",
         )
         _check(self.torch_threads >= 1, f"torch_threads: expected >= 1, got {self.torch_threads}")
+        _check(
+            self.algo in ALGORITHMS,
+            f"algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
+        )
 
 
 @dataclass
@@ -268,11 +287,16 @@ class RunSettings:
     redis_url: str = ""  # empty = start an embedded Redis for this run
     eval_envs: int = 25  # evaluator envs: 4 rounds of 25 make the 100-episode mean
     samples_per_insert: float = 16.0
+    qat_bits: int = 0  # > 0: train the policy network with fake quantization at 2..8 bits
 
     def __post_init__(self) -> None:
         _check(
-            self.algo == "dqn",
-            f"--algo: expected dqn (the only algorithm so far), got {self.algo!r}",
+            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
+            f"--qat-bits: expected 0 (off) or 2..8, got {self.qat_bits}",
+        )
+        _check(
+            self.algo in ALGORITHMS,
+            f"--algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
         )
         _check(self.actors >= 1, f"--actors: expected >= 1, got {self.actors}")
         _check(self.actors <= 256, f"--actors: expected <= 256, got {self.actors}")

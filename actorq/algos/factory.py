@@ -49,6 +49,19 @@ def load_algorithm_config(name: str, environ: Mapping[str, str] | None = None, *
     return load_settings(_REGISTRY[name][0], environ, prefix=config_prefix(name), **overrides)
 
 
+def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...]) -> MLPSpec:
+    """The network actors run for `algo` on `env_id`: a Q-network (DQN) or a tanh actor.
+
+    Raises EnvError when the env is unknown or its action space does not fit the algorithm.
+    """
+    from actorq.envs import describe_env
+
+    info = describe_env(env_id, continuous=is_continuous(algo))
+    if info.continuous:
+        return MLPSpec(info.obs_dim, info.act_dim, hidden, output_activation="tanh")
+    return MLPSpec(info.obs_dim, info.num_actions, hidden)
+
+
 def make_algorithm(
     name: str,
     obs_dim: int,

@@ -17,7 +17,8 @@ import numpy as np
 import redis
 
 from actorq import metrics
-from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.algos.dqn import DQNConfig
+from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.checkpoint import Checkpointer
 from actorq.learner.publisher import Snapshot, WeightsPublisher
@@ -53,14 +54,25 @@ class Learner:
     ) -> None:
         if dqn_config.learning_starts > settings.replay_capacity:
             raise ConfigError(
-                f"ACTORQ_DQN_LEARNING_STARTS={dqn_config.learning_starts} exceeds "
+                f"{config_prefix(settings.algo)}LEARNING_STARTS={dqn_config.learning_starts} "
+                "exceeds "
                 f"ACTORQ_REPLAY_CAPACITY={settings.replay_capacity}: the learner would never start"
             )
         self.s, self.cfg, self.spec = settings, dqn_config, spec
         self.client, self.keys, self.stop = client, keys, stop
         self.publisher = publisher
-        self.dqn = DQNLearner(spec, dqn_config, device=settings.device, seed=settings.seed)
-        self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim)
+        # `dqn` is whichever algorithm ACTORQ_ALGO names (the attribute keeps its old name).
+        self.dqn = make_algorithm(
+            settings.algo,
+            spec.obs_dim,
+            spec.num_outputs,
+            spec.hidden,
+            dqn_config,
+            device=settings.device,
+            seed=settings.seed,
+        )
+        act_dim = spec.num_outputs if is_continuous(settings.algo) else 0
+        self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim, act_dim)
         self.sampler = UniformSampler()
         self.reader = RedisReplayReader(client, keys, self.storage, self.sampler)
         self.limiter = SampleToInsertRatio(
@@ -196,6 +208,7 @@ class Learner:
             "updates": self.counters.updates,
             "version": self.publisher.version,
             "env_id": self.s.env_id,
+            "algo": self.s.algo,
             "hidden": list(self.spec.hidden),
             "precision": self.s.precision,
         }

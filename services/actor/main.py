@@ -27,7 +27,8 @@ log = logging.getLogger("actorq.actor")
 def serve(settings: ActorSettings) -> int:
     torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
     runtime = ServiceRuntime(settings.instance_id)
-    describe_env(settings.env_id)  # unknown or unsupported env: clear error before anything starts
+    # Unknown or unsupported env: a clear error before anything starts.
+    describe_env(settings.env_id, continuous=None)
     client = connect_redis(settings.redis_url)
     keys = RedisKeys(settings.redis_prefix)
     env = make_vector_env(

@@ -1,7 +1,8 @@
 """Learner process: settings -> DQN learner, replay mirror, publisher -> train.
 
 Configured by ACTORQ_* environment variables (see actorq.config.LearnerSettings) and
-ACTORQ_DQN_* for DQN hyperparameters (see actorq.algos.dqn.DQNConfig).
+ACTORQ_<ALGO>_* for the hyperparameters of the algorithm ACTORQ_ALGO names (e.g.
+ACTORQ_DQN_* for actorq.algos.dqn.DQNConfig, ACTORQ_TD3_* for actorq.algos.td3.TD3Config).
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ import time
 import torch
 
 from actorq import metrics
-from actorq.algos.dqn import DQNConfig
+from actorq.algos.factory import load_algorithm_config, policy_spec
 from actorq.config import LearnerSettings, load_settings
-from actorq.envs import describe_env
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import WeightsPublisher
-from actorq.models import MLPSpec
 from actorq.quant import parse_precision
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
@@ -29,9 +28,8 @@ from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, se
 log = logging.getLogger("actorq.learner")
 
 
-def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRuntime) -> Learner:
-    info = describe_env(settings.env_id)
-    spec = MLPSpec(info.obs_dim, info.num_actions, settings.hidden)
+def build_learner(settings: LearnerSettings, dqn, runtime: ServiceRuntime) -> Learner:
+    spec = policy_spec(settings.env_id, settings.algo, settings.hidden)
     client = connect_redis(settings.redis_url)
     keys = RedisKeys(settings.redis_prefix)
     store = PolicyStore(client, keys)
@@ -85,7 +83,7 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
     return status
 
 
-def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
+def serve(settings: LearnerSettings, dqn) -> int:
     torch.set_num_threads(settings.torch_threads)
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime)
@@ -99,7 +97,8 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     server.start()
     learner.restore()
     log.info(
-        "learner up: env %s, hidden %s, precision %s, control port %d, metrics %s",
+        "learner up: %s on env %s, hidden %s, precision %s, control port %d, metrics %s",
+        settings.algo,
         settings.env_id,
         settings.hidden,
         settings.precision,
@@ -127,7 +126,7 @@ def main() -> None:
     def _main() -> int:
         settings = load_settings(LearnerSettings)
         setup_logging(settings.log_level)
-        dqn = load_settings(DQNConfig, prefix="ACTORQ_DQN_")
+        dqn = load_algorithm_config(settings.algo)
         return serve(settings, dqn)
 
     run_main(_main)
