@@ -100,6 +100,22 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_ptq_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ptq",
+        help="post-training quantization study of a trained checkpoint",
+        description="Evaluate a trained policy (any algorithm) at several weight widths: "
+        "32/16/8/4 through the real blob path, other widths simulated. Writes ptq.csv, "
+        "ptq.md and ptq.png.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="checkpoint.pt, its folder, or a run folder")
+    p.add_argument("--env", default=None, help="env id (default: the checkpoint's)")
+    p.add_argument("--bits", default="32,16,8,6,4,2", help="comma-separated weight widths")
+    p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per width")
+    p.add_argument("--out", default="", help="output folder (default: <run folder>/ptq)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="actorq",
@@ -108,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"actorq {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
+    _add_ptq_parser(sub)
     return parser
 
 
@@ -149,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "ptq":
+            from actorq.ptq import main as ptq_main
+
+            return ptq_main(args.checkpoint, args.env, args.bits, args.episodes, args.out)
     except USER_ERRORS as exc:
         print(f"actorq: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
