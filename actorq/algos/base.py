@@ -150,6 +150,25 @@ def step(
     return float(norm.item())
 
 
+def normalized(t: dict[str, torch.Tensor], rms: Any) -> dict[str, torch.Tensor]:
+    """Update running observation statistics with the batch and normalise obs and next_obs
+    (unchanged when `rms` is None)."""
+    if rms is None:
+        return t
+    rms.update(t["obs"].cpu().numpy())
+    return {**t, "obs": rms.normalize(t["obs"]), "next_obs": rms.normalize(t["next_obs"])}
+
+
+def with_folded_norm(weights: dict[str, np.ndarray], rms: Any) -> dict[str, np.ndarray]:
+    """Policy weights that take raw observations (normalisation folded into layer 0)."""
+    if rms is None:
+        return weights
+    from actorq.models.mlp import linear_layer_names
+    from actorq.normalize import fold_into_first_layer
+
+    return fold_into_first_layer(weights, linear_layer_names(1)[0], rms)
+
+
 class Critic(nn.Module):
     """Q(s, a): an MLP over the concatenated observation and action."""
 

@@ -26,11 +26,14 @@ from actorq.algos.base import (
     bootstrap_discount,
     check_field,
     fp32_weights,
+    normalized,
     soft_update,
     step,
     weights_tensor,
+    with_folded_norm,
 )
 from actorq.models.mlp import MLPSpec, QNetwork
+from actorq.normalize import RunningMeanStd
 
 
 @dataclass
@@ -54,6 +57,9 @@ class DDPGConfig:
     qat_bits: int = 0
     """Quantization-aware training: 2..8 trains the actor through fake-quantized weights
     at that width (straight-through estimator); 0 = off."""
+    obs_norm: bool = False
+    """Normalise observations with running mean/std (useful on MuJoCo and DM Control);
+    the broadcast policy gets the normalisation folded into its first layer."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -107,6 +113,7 @@ class DDPGLearner:
         self.critic_opt = adam(self.critics, config.critic_lr, self.device)
         self._num_updates = 0
         self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
+        self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None
 
     def _make_critic(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> nn.Module:
         return Critic(obs_dim, act_dim, hidden)
@@ -120,7 +127,7 @@ class DDPGLearner:
         self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
     ) -> ContinuousUpdate:
         """One critic step (and an actor step when due) on `batch`; `weights` are IS weights."""
-        t = batch_tensors(batch, self.act_dim, self.device)
+        t = normalized(batch_tensors(batch, self.act_dim, self.device), self.obs_rms)
         w = weights_tensor(weights, t["obs"].shape[0], self.device)
         loss, q, td_abs = self._critic_loss(t, w)
         grad_norm = step(self.critic_opt, loss, self.critics, self.config.max_grad_norm)
@@ -179,11 +186,14 @@ class DDPGLearner:
     def actions(self, obs: np.ndarray) -> np.ndarray:
         """The actor's deterministic actions in [-1, 1], [B, act_dim], for obs [B, obs_dim]."""
         x = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize(x)
         return self.actor(x).cpu().numpy()
 
     def policy_weights(self) -> dict[str, np.ndarray]:
-        """fp32 weights of the actor network only (matching `policy_spec`)."""
-        return fp32_weights(self.actor)
+        """fp32 weights of the actor network only (matching `policy_spec`); with obs_norm,
+        the normalisation is folded into the first layer so actors feed raw observations."""
+        return with_folded_norm(fp32_weights(self.actor), self.obs_rms)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
@@ -195,9 +205,12 @@ class DDPGLearner:
             "actor_opt": self.actor_opt.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
             "num_updates": self._num_updates,
+            **({"obs_rms": self.obs_rms.state_dict()} if self.obs_rms is not None else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.obs_rms is not None and "obs_rms" in state:
+            self.obs_rms.load_state_dict(state["obs_rms"])
         self.actor.load_state_dict(state["actor"])
         self.critics.load_state_dict(state["critics"])
         self.actor_target.load_state_dict(state["actor_target"])

@@ -31,11 +31,14 @@ from actorq.algos.base import (
     bootstrap_discount,
     check_field,
     fp32_weights,
+    normalized,
     soft_update,
     step,
     weights_tensor,
+    with_folded_norm,
 )
 from actorq.models.mlp import MLPSpec, QNetwork, linear_layer_names
+from actorq.normalize import RunningMeanStd
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -68,6 +71,8 @@ class SACConfig:
     """Global gradient-norm clip of each optimizer step."""
     qat_bits: int = 0
     """Quantization-aware training of the actor at 2..8 bits; 0 = off."""
+    obs_norm: bool = False
+    """Normalise observations with running mean/std, folded into the broadcast policy."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -134,6 +139,7 @@ class SACLearner:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
         self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
         self._num_updates = 0
+        self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None
 
     @property
     def num_updates(self) -> int:
@@ -154,7 +160,7 @@ class SACLearner:
     def update(
         self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
     ) -> ContinuousUpdate:
-        t = batch_tensors(batch, self.act_dim, self.device)
+        t = normalized(batch_tensors(batch, self.act_dim, self.device), self.obs_rms)
         w = weights_tensor(weights, t["obs"].shape[0], self.device)
         alpha = self.log_alpha.exp().detach()
         target = self.td_target(t, alpha)
@@ -197,6 +203,8 @@ class SACLearner:
     def actions(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic actions tanh(mean), [B, act_dim]: what the broadcast policy computes."""
         x = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize(x)
         mean, _ = self.actor(x).chunk(2, dim=-1)
         return torch.tanh(mean).cpu().numpy()
 
@@ -207,7 +215,7 @@ class SACLearner:
         for suffix in ("weight", "bias"):
             key = f"{last}.{suffix}"
             weights[key] = np.ascontiguousarray(weights[key][: self.act_dim])
-        return weights
+        return with_folded_norm(weights, self.obs_rms)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -219,9 +227,12 @@ class SACLearner:
             "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": self.alpha_opt.state_dict(),
             "num_updates": self._num_updates,
+            **({"obs_rms": self.obs_rms.state_dict()} if self.obs_rms is not None else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.obs_rms is not None and "obs_rms" in state:
+            self.obs_rms.load_state_dict(state["obs_rms"])
         self.actor.load_state_dict(state["actor"])
         self.critics.load_state_dict(state["critics"])
         self.critics_target.load_state_dict(state["critics_target"])
