@@ -49,4 +49,5 @@ def test_folded_policy_takes_raw_observations(kind: str) -> None:
     fp32 = quantized_policy_from_weights(learner.policy_weights(), learner.policy_spec, "fp32")
     with torch.inference_mode():
         got = fp32(torch.from_numpy(raw)).numpy()
-    np.testing.assert_allclose(got, learner.actions(raw), atol=1e-5)
+    # float32 folding with inputs ~100 loses a few ulps of the pre-activation sums.
+    np.testing.assert_allclose(got, learner.actions(raw), atol=5e-4)
