@@ -238,3 +238,20 @@ def test_factory_and_configs() -> None:
         SACConfig(qat_bits=1)
     dqn = make_algorithm("dqn", 4, 2, (8,))
     assert dqn.policy_spec.num_outputs == 2
+
+
+def test_dqn_qat_forward_uses_the_codec_weights() -> None:
+    from actorq.algos import DQNConfig
+    from actorq.quant.lowbit import fake_quantize_array
+
+    dqn = make_algorithm("dqn", 4, 2, (8,), DQNConfig(qat_bits=4))
+    obs = torch.randn(5, 4)
+    reference = QNetwork(dqn.policy_spec)
+    reference.load_state_dict(
+        {
+            k: torch.from_numpy(fake_quantize_array(v, 4) if v.ndim == 2 else v)
+            for k, v in dqn.policy_weights().items()
+        }
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(dqn.online(obs), reference(obs), rtol=1e-5, atol=1e-6)
