@@ -35,6 +35,7 @@ def random_policy_return(episodes: int = 10) -> float:
     return float(np.mean(returns))
 
 
+@pytest.mark.timeout(480)  # a budget above the run's own --max-seconds safety net
 @pytest.mark.parametrize("algo", ["td3", "sac", "d4pg", "ddpg"])
 def test_continuous_algorithm_beats_random_on_pendulum(algo: str, tmp_path: Path) -> None:
     baseline = random_policy_return()
@@ -44,7 +45,7 @@ def test_continuous_algorithm_beats_random_on_pendulum(algo: str, tmp_path: Path
     env.update(ACTORQ_D4PG_V_MIN="-1200", ACTORQ_D4PG_V_MAX="0")
     args = [
         *("--env", "Pendulum-v1", "--algo", algo, "--actors", "1", "--envs-per-actor", "4"),
-        *("--eval-envs", "10", "--max-env-steps", "16000", "--max-seconds", "170"),
+        *("--eval-envs", "10", "--max-env-steps", "16000", "--max-seconds", "300"),
         *("--target-return", str(baseline + MARGIN + 100), "--seed", "0"),
         *("--run-dir", str(run_dir)),
     ]
@@ -54,7 +55,7 @@ def test_continuous_algorithm_beats_random_on_pendulum(algo: str, tmp_path: Path
         text=True,
         stdin=subprocess.DEVNULL,
         env=env,
-        timeout=400,
+        timeout=420,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
