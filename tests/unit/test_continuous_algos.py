@@ -255,3 +255,9 @@ def test_dqn_qat_forward_uses_the_codec_weights() -> None:
     )
     with torch.no_grad():
         torch.testing.assert_close(dqn.online(obs), reference(obs), rtol=1e-5, atol=1e-6)
+
+
+def test_settings_accept_exactly_the_factory_algorithms() -> None:
+    from actorq import config
+
+    assert config.ALGORITHMS == ALGORITHMS
