@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from actorq import __version__
-from actorq.config import PRECISIONS, ConfigError, RunSettings, parse_int_tuple
+from actorq.config import ALGORITHMS, PRECISIONS, ConfigError, RunSettings, parse_int_tuple
 
 EXIT_USER_ERROR = 2
+CONTINUOUS_SAMPLES_PER_INSERT = 128.0
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -35,8 +36,18 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         description="Run ActorQ training with every service as a separate local process.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--env", default=d.env, help="gymnasium env id (discrete actions)")
-    p.add_argument("--algo", default=d.algo, choices=["dqn"], help="learning algorithm")
+    p.add_argument(
+        "--env",
+        default=d.env,
+        help="env id: gymnasium (CartPole-v1, Pendulum-v1, HalfCheetah-v5, ...) or "
+        "dmc:<domain>-<task>; discrete actions for dqn, continuous for the others",
+    )
+    p.add_argument(
+        "--algo",
+        default=d.algo,
+        choices=ALGORITHMS,
+        help="learning algorithm (hyperparameters: ACTORQ_<ALGO>_* variables)",
+    )
     p.add_argument("--actors", type=int, default=d.actors, help="actor processes")
     p.add_argument("--envs-per-actor", type=int, default=d.envs_per_actor, help="envs per actor")
     p.add_argument(
@@ -75,8 +86,10 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--samples-per-insert",
         type=float,
-        default=d.samples_per_insert,
-        help="replay ratio enforced between learner and actors",
+        default=None,
+        help="replay ratio enforced between learner and actors (default: "
+        f"{d.samples_per_insert:g} for dqn, {CONTINUOUS_SAMPLES_PER_INSERT:g} for the "
+        "continuous algorithms, which need about one update of 256 per 2 env steps)",
     )
     p.add_argument(
         "--replay",
@@ -90,6 +103,29 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         default=d.learners,
         help="data-parallel learner processes (gradients all-reduced; rank 0 publishes)",
     )
+    p.add_argument(
+        "--qat-bits",
+        type=int,
+        default=d.qat_bits,
+        help="quantization-aware training: fake-quantize the policy network's weights at "
+        "this width (2..8, straight-through gradients) while training; 0 = off",
+    )
+
+
+def _add_ptq_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ptq",
+        help="post-training quantization study of a trained checkpoint",
+        description="Evaluate a trained policy (any algorithm) at several weight widths: "
+        "32/16/8/4 through the real blob path, other widths simulated. Writes ptq.csv, "
+        "ptq.md and ptq.png.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("checkpoint", help="checkpoint.pt, its folder, or a run folder")
+    p.add_argument("--env", default=None, help="env id (default: the checkpoint's)")
+    p.add_argument("--bits", default="32,16,8,6,4,2", help="comma-separated weight widths")
+    p.add_argument("--episodes", type=int, default=100, help="evaluation episodes per width")
+    p.add_argument("--out", default="", help="output folder (default: <run folder>/ptq)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     _add_healthcheck_parser(sub)
     _add_cluster_parser(sub)
+    _add_ptq_parser(sub)
     sub.add_parser(  # parsed by actorq.security.redis_acl; listed here for --help
         "redis-acl",
         help="write a Redis ACL file with one least-privilege user per service",
@@ -124,6 +161,14 @@ def _add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     add_arguments(p)
 
 
+def _samples_per_insert(args: argparse.Namespace) -> float:
+    if args.samples_per_insert is not None:
+        return args.samples_per_insert
+    if args.algo != "dqn":
+        return CONTINUOUS_SAMPLES_PER_INSERT
+    return RunSettings().samples_per_insert
+
+
 def _run(args: argparse.Namespace) -> int:
     settings = RunSettings(
         env=args.env,
@@ -139,9 +184,10 @@ def _run(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         redis_url=args.redis_url,
         eval_envs=args.eval_envs,
-        samples_per_insert=args.samples_per_insert,
+        samples_per_insert=_samples_per_insert(args),
         learners=args.learners,
         replay=args.replay,
+        qat_bits=args.qat_bits,
     )
     from actorq.launch.run import run  # imports torch etc. only when needed
 
@@ -168,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
             from actorq.cluster.cli import run as cluster
 
             return cluster(args)
+        if args.command == "ptq":
+            from actorq.ptq import main as ptq_main
+
+            return ptq_main(args.checkpoint, args.env, args.bits, args.episodes, args.out)
     except USER_ERRORS as exc:
         print(f"actorq: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

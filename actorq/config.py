@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 ENV_PREFIX = "ACTORQ_"
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
+ALGORITHMS = ("dqn", "ddpg", "td3", "sac", "d4pg")  # the same list as actorq.algos.ALGORITHMS
 # ACTORQ_ACTOR_INDEX=-1: replicas started from one template (compose --scale, a k8s
 # Deployment) claim distinct indices from a Redis counter (actorq.actor.identity).
 AUTO_ACTOR_INDEX = -1
@@ -231,6 +232,12 @@ class ActorSettings(CommonSettings):
     eval_min_interval: float = 1.0  # evaluator: seconds between round starts (caps its CPU)
     replay_stream_max_transitions: int = 1_000_000  # cap of the Redis replay stream
     instance: str = ""  # name in logs and metrics; default actor-<index> (or evaluator)
+    # Continuous actions (DDPG, TD3, SAC, D4PG): exploration around the tanh policy output.
+    noise: str = "gaussian"  # "gaussian" or "ou" (Ornstein-Uhlenbeck, per env)
+    noise_sigma: float = 0.1  # std of the Gaussian / OU noise, in units of the [-1, 1] range
+    random_steps: int = 0  # uniform random actions for this many env steps first
+    n_step: int = 1  # > 1: actors emit n-step transitions (D4PG); reward = discounted sum
+    gamma: float = 0.99  # discount of those n-step sums (match the learner's)
 
     @property
     def instance_id(self) -> str:
@@ -260,6 +267,13 @@ class ActorSettings(CommonSettings):
             self.samples_per_insert >= 0,
             f"samples_per_insert: expected >= 0, got {self.samples_per_insert}",
         )
+        _check(
+            self.noise in ("gaussian", "ou"), f"noise: expected gaussian or ou, got {self.noise!r}"
+        )
+        _check(self.noise_sigma >= 0, f"noise_sigma: expected >= 0, got {self.noise_sigma}")
+        _check(self.random_steps >= 0, f"random_steps: expected >= 0, got {self.random_steps}")
+        _check(1 <= self.n_step <= 255, f"n_step: expected 1..255, got {self.n_step}")
+        _check(0 <= self.gamma <= 1, f"gamma: expected 0..1, got {self.gamma}")
 
 
 @dataclass
@@ -290,6 +304,7 @@ class LearnerSettings(CommonSettings):
     dist_addr: str = "127.0.0.1:29500"
     dist_backend: str = ""  # "" = nccl on cuda, gloo otherwise
     dist_timeout: float = 60.0  # seconds a collective waits for a silent rank
+    algo: str = "dqn"  # dqn, ddpg, td3, sac or d4pg; hyperparameters from ACTORQ_<ALGO>_*
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -332,6 +347,10 @@ class LearnerSettings(CommonSettings):
             f"checkpoint_every: expected >= 1, got {self.checkpoint_every}",
         )
         _check(self.torch_threads >= 1, f"torch_threads: expected >= 1, got {self.torch_threads}")
+        _check(
+            self.algo in ALGORITHMS,
+            f"algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
+        )
 
 
 @dataclass
@@ -354,6 +373,7 @@ class RunSettings:
     samples_per_insert: float = 16.0
     learners: int = 1  # data-parallel learner processes (gradients all-reduced)
     replay: str = "uniform"  # uniform | prioritized
+    qat_bits: int = 0  # > 0: train the policy network with fake quantization at 2..8 bits
 
     def __post_init__(self) -> None:
         _check(
@@ -362,8 +382,17 @@ class RunSettings:
         )
         _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
         _check(
-            self.algo == "dqn",
-            f"--algo: expected dqn (the only algorithm so far), got {self.algo!r}",
+            self.learners == 1 or self.algo == "dqn",
+            f"--learners {self.learners}: parallel learners support --algo dqn only so far, "
+            f"got {self.algo!r}",
+        )
+        _check(
+            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
+            f"--qat-bits: expected 0 (off) or 2..8, got {self.qat_bits}",
+        )
+        _check(
+            self.algo in ALGORITHMS,
+            f"--algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
         )
         _check(self.actors >= 1, f"--actors: expected >= 1, got {self.actors}")
         _check(self.actors <= 256, f"--actors: expected <= 256, got {self.actors}")

@@ -1,4 +1,12 @@
-"""The one environment factory: gymnasium ids -> checked specs and vector envs.
+"""The one environment factory: env ids -> checked specs and vector envs.
+
+Three families share one id space:
+- gymnasium ids (classic control such as CartPole-v1, Pendulum-v1,
+  MountainCarContinuous-v0; MuJoCo v5 such as HalfCheetah-v5, Hopper-v5, Walker2d-v5);
+- `dmc:<domain>-<task>` for the DeepMind Control Suite (e.g. dmc:cartpole-swingup),
+  wrapped as gymnasium envs by `actorq.dmc_env.DMCEnv`.
+Every continuous env is presented with a Box action space in [-1, 1] (gymnasium's
+RescaleAction maps it onto the env's own bounds), so a tanh actor needs no env knowledge.
 
 Vector envs use gymnasium's SAME_STEP autoreset: the step that ends an episode already
 returns the next episode's first observation, and `infos["final_obs"]` holds the true last
@@ -16,26 +24,50 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.wrappers import RescaleAction
 
 
 class EnvError(ValueError):
     """An env id that does not exist, cannot be built, or does not fit the algorithm."""
 
 
+DMC_PREFIX = "dmc:"
+FAMILIES = (
+    "gymnasium classic control (e.g. CartPole-v1, Pendulum-v1, MountainCarContinuous-v0)",
+    "gymnasium MuJoCo v5 (e.g. HalfCheetah-v5, Hopper-v5, Walker2d-v5)",
+    "DeepMind Control Suite as dmc:<domain>-<task> (e.g. dmc:cartpole-swingup)",
+)
+
+
 @dataclass(frozen=True)
 class EnvInfo:
-    """What a learner and an actor need to know about an env before building a network."""
+    """What a learner and an actor need to know about an env before building a network.
+
+    Discrete envs: `num_actions` actions, `act_dim` 0. Continuous envs: `act_dim` action
+    dimensions in [-1, 1], `num_actions` 0.
+    """
 
     env_id: str
     obs_dim: int
     num_actions: int
+    act_dim: int = 0
+
+    @property
+    def continuous(self) -> bool:
+        return self.act_dim > 0
 
 
-def describe_env(env_id: str) -> EnvInfo:
-    """Build `env_id` once to read its spaces; raise EnvError if DQN cannot use it."""
-    env = _make_single(env_id)
+def describe_env(env_id: str, continuous: bool | None = False) -> EnvInfo:
+    """Build `env_id` once to read its spaces; EnvError if the algorithm cannot use it.
+
+    `continuous` says what the algorithm needs: False (DQN) a Discrete action space,
+    True (DDPG, TD3, SAC, D4PG) a 1-D Box action space, None either of the two.
+    """
+    env = make_env(env_id)
     try:
-        return _info_from_spaces(env_id, env.observation_space, env.action_space)
+        if continuous is None:
+            continuous = isinstance(env.action_space, spaces.Box)
+        return _info_from_spaces(env_id, env.observation_space, env.action_space, continuous)
     finally:
         env.close()
 
@@ -51,14 +83,15 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) 
     """
     if num_envs < 1:
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
-    describe_env(env_id)  # fail early with a clear message rather than deep in gymnasium
-    if native and gym.spec(env_id).vector_entry_point is not None:
+    # Fail early with a clear message rather than deep in gymnasium.
+    info = describe_env(env_id, continuous=None)
+    if native and not info.continuous and _has_native_vector(env_id):
         vec = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
         vec.reset(seed=seed)
         vec.action_space.seed(seed)
         return vec
     envs = SyncVectorEnv(
-        [lambda: gym.make(env_id) for _ in range(num_envs)],
+        [lambda: make_env(env_id) for _ in range(num_envs)],
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
     envs.reset(seed=seed)
@@ -66,6 +99,12 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) 
         sub_env.action_space.seed(seed + i)
     envs.action_space.seed(seed)
     return envs
+
+
+def _has_native_vector(env_id: str) -> bool:
+    if env_id.startswith(DMC_PREFIX):
+        return False
+    return gym.spec(env_id).vector_entry_point is not None
 
 
 def next_obs_for_replay(
@@ -93,26 +132,54 @@ def next_obs_for_replay(
     return next_obs
 
 
-def _make_single(env_id: str) -> gym.Env:
+def make_env(env_id: str) -> gym.Env:
+    """One env of any family; continuous action spaces are rescaled to [-1, 1]."""
+    if env_id.startswith(DMC_PREFIX):
+        from actorq.dmc_env import make_dmc_env  # imports dm_control only when asked for
+
+        return make_dmc_env(env_id[len(DMC_PREFIX) :], EnvError)
     if env_id not in gym.registry:
         raise EnvError(_unknown_id_message(env_id))
     try:
-        return gym.make(env_id)
-    except gym.error.Error as exc:  # missing optional dependency, bad kwargs, ...
+        env = gym.make(env_id)
+    except (gym.error.Error, ImportError) as exc:  # missing optional dependency, bad kwargs
         raise EnvError(f"cannot build {env_id!r}: {exc}") from exc
+    return _unit_box_actions(env)
+
+
+def _unit_box_actions(env: gym.Env) -> gym.Env:
+    space = env.action_space
+    if not isinstance(space, spaces.Box):
+        return env
+    if np.all(space.low == -1.0) and np.all(space.high == 1.0):
+        return env
+    low, high = np.full(space.shape, -1.0, np.float32), np.full(space.shape, 1.0, np.float32)
+    return RescaleAction(env, low, high)
 
 
 def _unknown_id_message(env_id: str) -> str:
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown gymnasium env id {env_id!r}{hint}"
+    return f"unknown env id {env_id!r}{hint}; expected one of: {'; '.join(FAMILIES)}"
 
 
-def _info_from_spaces(env_id: str, obs_space: spaces.Space, act_space: spaces.Space) -> EnvInfo:
-    if not isinstance(act_space, spaces.Discrete) or int(act_space.start) != 0:
-        raise EnvError(
-            f"DQN needs a Discrete action space starting at 0; {env_id!r} has {act_space}"
-        )
+def _info_from_spaces(
+    env_id: str, obs_space: spaces.Space, act_space: spaces.Space, continuous: bool
+) -> EnvInfo:
+    who = "continuous-control algorithms need" if continuous else "DQN needs"
     if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
-        raise EnvError(f"DQN needs a flat Box observation space; {env_id!r} has {obs_space}")
-    return EnvInfo(env_id=env_id, obs_dim=int(obs_space.shape[0]), num_actions=int(act_space.n))
+        raise EnvError(f"{who} a flat Box observation space; {env_id!r} has {obs_space}")
+    obs_dim = int(obs_space.shape[0])
+    if continuous:
+        if not isinstance(act_space, spaces.Box) or len(act_space.shape) != 1:
+            raise EnvError(
+                f"{who} a 1-D Box action space; {env_id!r} has {act_space} (use --algo dqn)"
+            )
+        return EnvInfo(env_id, obs_dim, num_actions=0, act_dim=int(act_space.shape[0]))
+    if not isinstance(act_space, spaces.Discrete) or int(act_space.start) != 0:
+        hint = " (use a continuous algorithm: ddpg, td3, sac, d4pg)"
+        raise EnvError(
+            f"{who} a Discrete action space starting at 0; {env_id!r} has {act_space}"
+            + (hint if isinstance(act_space, spaces.Box) else "")
+        )
+    return EnvInfo(env_id, obs_dim, num_actions=int(act_space.n))

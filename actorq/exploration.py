@@ -63,3 +63,46 @@ class LinearSchedule:
             return float(self.end)
         frac = max(step, 0) / self.duration
         return float(self.start + frac * (self.end - self.start))
+
+
+def gaussian_action_noise(
+    actions: np.ndarray, sigma: float | np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Continuous exploration: a + N(0, sigma^2) per dimension, clipped to [-1, 1].
+
+    `actions` [B, act_dim] come from a deterministic tanh policy (DDPG, TD3, D4PG, and
+    SAC's mean action, whose learned std stays on the learner); `sigma` is one float or
+    one value per row [B].
+    """
+    a = np.asarray(actions, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"actions must be [batch, act_dim], got shape {a.shape}")
+    s = np.asarray(sigma, dtype=np.float32)
+    if np.any(s < 0):
+        raise ValueError(f"sigma must be >= 0, got {sigma}")
+    scale = s[:, None] if s.ndim == 1 else s
+    noisy = a + scale * rng.standard_normal(a.shape).astype(np.float32)
+    return np.clip(noisy, -1.0, 1.0, out=noisy)
+
+
+class OUNoise:
+    """Ornstein-Uhlenbeck noise per env (DDPG's original exploration): temporally
+    correlated, x <- x + theta * (0 - x) + sigma * N(0, 1), reset when an episode ends."""
+
+    def __init__(
+        self, num_envs: int, act_dim: int, sigma: float, theta: float = 0.15, seed: int = 0
+    ) -> None:
+        if sigma < 0 or not 0 < theta <= 1:
+            raise ValueError(f"need sigma >= 0 and theta in (0, 1], got {sigma}, {theta}")
+        self.sigma, self.theta = sigma, theta
+        self.state = np.zeros((num_envs, act_dim), np.float32)
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, actions: np.ndarray) -> np.ndarray:
+        self.state += -self.theta * self.state + self.sigma * self.rng.standard_normal(
+            self.state.shape
+        ).astype(np.float32)
+        return np.clip(np.asarray(actions, np.float32) + self.state, -1.0, 1.0)
+
+    def reset(self, ended: np.ndarray) -> None:
+        self.state[np.asarray(ended, bool)] = 0.0

@@ -1,9 +1,11 @@
 """The actor's env loop and the evaluator's rounds.
 
 Actor: M envs stepped together, one batched forward of the quantized policy per step,
-Ape-X epsilon-greedy, transitions stamped (actor, version, precision) and pushed to Redis
-every `push_every` transitions. The evaluator acts greedily, writes nothing to replay, and
-evaluates each new policy version with one episode per env.
+Ape-X epsilon-greedy (discrete) or Gaussian / OU noise around the policy's tanh actions
+(continuous; optional n-step transitions for D4PG), transitions stamped (actor, version,
+precision) and pushed to Redis every `push_every` transitions. The evaluator acts greedily
+(no noise), writes nothing to replay, and evaluates each new policy version with one
+episode per env.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import time
 import numpy as np
 import redis
 import torch
+from gymnasium import spaces
 from prometheus_client import Histogram
 
 from actorq import metrics
 from actorq.actor.episodes import EpisodeTracker
+from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.stepper import VectorStepper
 from actorq.config import ActorSettings
-from actorq.exploration import apex_epsilon, epsilon_greedy
+from actorq.exploration import OUNoise, apex_epsilon, epsilon_greedy, gaussian_action_noise
 from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter, SampleToInsertRatio, TransitionBatch
 
@@ -36,22 +40,25 @@ class _PendingTransitions:
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.count = 0
 
-    def add(self, obs, action, reward, next_obs, done) -> None:
-        self.parts.append((obs, action, reward, next_obs, done))
+    def add(self, obs, action, reward, next_obs, done, steps=None) -> None:
+        part = (obs, action, reward, next_obs, done)
+        self.parts.append(part if steps is None else (*part, steps))
         self.count += len(action)
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        columns = (np.concatenate(x) for x in zip(*self.parts, strict=True))
-        obs, action, reward, next_obs, done = columns
+        columns = [np.concatenate(x) for x in zip(*self.parts, strict=True)]
+        obs, action, reward, next_obs, done = columns[:5]
+        continuous = action.ndim == 2
         return TransitionBatch(
             obs=obs.astype(np.float32, copy=False),
-            action=action.astype(np.int64, copy=False),
+            action=action.astype(np.float32 if continuous else np.int64, copy=False),
             reward=reward.astype(np.float32, copy=False),
             next_obs=next_obs.astype(np.float32, copy=False),
             done=done.astype(bool, copy=False),
             actor_id=actor_id,
             policy_version=version,
             precision=precision,
+            steps=columns[5].astype(np.uint8) if len(columns) > 5 else None,
         )
 
     def clear(self) -> None:
@@ -108,6 +115,7 @@ class _EnvWorker:
         self.episodes = EpisodeTracker(env.num_envs, self.instance, self.kind)
         self.stepper = VectorStepper(env)
         self.env_steps = 0
+        self.continuous = isinstance(env.single_action_space, spaces.Box)
         # Labelled metric children are looked up once, not on every env step.
         self._steps_metric = metrics.ACTOR_ENV_STEPS.labels(self.instance)
         self._inference_metric: dict[str, Histogram] = {}
@@ -124,6 +132,10 @@ class _EnvWorker:
         histogram.observe(time.perf_counter() - started)
         return q
 
+    def greedy(self, outputs: np.ndarray) -> np.ndarray:
+        """Actions without exploration: argmax of Q-values, or the tanh actions as they are."""
+        return outputs if self.continuous else outputs.argmax(axis=1)
+
     def _count_steps(self, steps: int) -> None:
         self.env_steps += steps
         self._steps_metric.inc(steps)
@@ -137,6 +149,12 @@ class Actor(_EnvWorker):
         settings = self.s
         self.epsilon = env_epsilons(settings)
         self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
+        self.ou = self._ou_noise() if self.continuous and settings.noise == "ou" else None
+        self.nstep = (
+            NStepAccumulator(self.env.num_envs, settings.n_step, settings.gamma)
+            if self.continuous and settings.n_step > 1
+            else None
+        )
         self.writer = RedisReplayWriter(
             self.client,
             self.keys,
@@ -148,6 +166,11 @@ class Actor(_EnvWorker):
         self.precision = "int8"
         self.limiter = _actor_limiter(settings)
         self._backoff = 0.05
+
+    def _ou_noise(self) -> OUNoise:
+        act_dim = int(self.env.single_action_space.shape[0])
+        seed = self.s.seed + 7919 * self.s.actor_index + 1
+        return OUNoise(self.env.num_envs, act_dim, self.s.noise_sigma, seed=seed)
 
     def run(self) -> None:
         # Every transition carries a real policy version, so wait for the first one.
@@ -173,16 +196,37 @@ class Actor(_EnvWorker):
     def _actions(self, obs: np.ndarray) -> tuple[np.ndarray, int, str]:
         policy = self.follower.current
         assert policy is not None  # run() waits for the first policy
-        q = self.q_values(policy, obs)
-        return epsilon_greedy(q, self.epsilon, self.rng), policy.version, policy.precision
+        out = self.q_values(policy, obs)
+        if not self.continuous:
+            return epsilon_greedy(out, self.epsilon, self.rng), policy.version, policy.precision
+        if self.env_steps < self.s.random_steps:  # uniform warm-up fills replay broadly
+            uniform = self.rng.uniform(-1.0, 1.0, out.shape).astype(np.float32)
+            return uniform, policy.version, policy.precision
+        if self.ou is not None:
+            return self.ou(out), policy.version, policy.precision
+        noisy = gaussian_action_noise(out, self.s.noise_sigma, self.rng)
+        return noisy, policy.version, policy.precision
 
     def _step(self, obs: np.ndarray) -> np.ndarray:
         actions, version, precision = self._actions(obs)
         step = self.stepper.step(actions)
         v = step.valid
-        self.pending.add(
-            obs[v], np.asarray(actions)[v], step.rewards[v], step.next_obs[v], step.terminated[v]
-        )
+        if self.nstep is not None:
+            done = self.nstep.add(
+                obs, actions, step.rewards, step.next_obs, step.terminated, step.ended, v
+            )
+            if done is not None:
+                self.pending.add(*done)
+        else:
+            self.pending.add(
+                obs[v],
+                np.asarray(actions)[v],
+                step.rewards[v],
+                step.next_obs[v],
+                step.terminated[v],
+            )
+        if self.ou is not None:
+            self.ou.reset(step.ended)
         self.version_of_pending, self.precision = version, precision
         steps = int(v.sum())
         self._count_steps(steps)
@@ -273,8 +317,7 @@ class Evaluator(_EnvWorker):
         self.episodes.returns[:] = 0.0
         self.episodes.lengths[:] = 0
         while active.any() and not self.stop.is_set():
-            q = self.q_values(policy, obs)
-            step = self.stepper.step(q.argmax(axis=1))
+            step = self.stepper.step(self.greedy(self.q_values(policy, obs)))
             obs = step.obs
             steps = int(active.sum())
             self._count_steps(steps)

@@ -45,6 +45,9 @@ class DQNConfig:
     """Double DQN: the online net picks the next action and the target net evaluates it."""
     learning_starts: int = 1_000
     """Transitions the replay must hold before the learner starts updating."""
+    qat_bits: int = 0
+    """Quantization-aware training: 2..8 trains the online net through fake-quantized
+    weights at that width (straight-through estimator); 0 = off."""
     # Replay capacity and the samples-per-insert ratio belong to the learner service and the
     # rate limiter (LearnerSettings.replay_capacity / samples_per_insert), not to DQN.
 
@@ -60,6 +63,12 @@ class DQNConfig:
         _check(self.huber_delta > 0, "huber_delta", "> 0", self.huber_delta)
         _check(self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
         _check(self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts)
+        _check(
+            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
+            "qat_bits",
+            "0 (off) or in [2, 8]",
+            self.qat_bits,
+        )
 
 
 def _check(ok: bool, field: str, expected: str, value: object) -> None:
@@ -88,12 +97,13 @@ class DQNLearner:
         self, spec: MLPSpec, config: DQNConfig, device: str = "cpu", seed: int = 0
     ) -> None:
         self.spec = spec
+        self.policy_spec = spec  # the Q-network is the policy actors run
         self.config = config
         self.device = torch.device(device)
         # Seed a private RNG fork so building a learner never disturbs the caller's torch RNG.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.online = QNetwork(spec).to(self.device)
+            self.online = QNetwork(spec, weight_bits=config.qat_bits or None).to(self.device)
         self.target = QNetwork(spec).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)

@@ -21,8 +21,13 @@ from pathlib import Path
 
 import redis
 
+from actorq.algos.factory import (
+    config_prefix,
+    is_continuous,
+    load_algorithm_config,
+    policy_spec,
+)
 from actorq.config import RunSettings, redact_url
-from actorq.envs import describe_env
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import (
     Summary,
@@ -128,6 +133,8 @@ def _learner(
         "ACTORQ_WORLD_SIZE": str(settings.learners),
         "ACTORQ_RANK": str(rank),
         "ACTORQ_DIST_ADDR": dist_addr,
+        "ACTORQ_ALGO": settings.algo,
+        **_qat_env(settings),
     }
     if rank == 0:
         env["ACTORQ_CHECKPOINT_DIR"] = str(run_dir / "checkpoints")
@@ -157,12 +164,36 @@ def _actor(
         "ACTORQ_QUANTIZER_ADDR": qaddr,
         "ACTORQ_MAX_ENV_STEPS": str(budget),
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
+        **_continuous_actor_env(settings),
     }
     # On one machine the learner is the critical path: actors and the evaluator get a lower
     # priority so that they use spare CPU rather than share the learner's core.
     return ServiceProcess(
         name, "services.actor", env, run_dir / "logs" / f"{name}.log", port, niceness=ACTOR_NICENESS
     )
+
+
+def _qat_env(settings: RunSettings) -> dict[str, str]:
+    if not settings.qat_bits:
+        return {}
+    return {f"{config_prefix(settings.algo)}QAT_BITS": str(settings.qat_bits)}
+
+
+def _continuous_actor_env(settings: RunSettings) -> dict[str, str]:
+    """Exploration of continuous actors: a uniform warm-up that fills the learner's
+    `learning_starts`, and n-step transitions when the algorithm wants them (D4PG)."""
+    if not is_continuous(settings.algo):
+        return {}
+    config = load_algorithm_config(settings.algo)
+    warm_up = -(-config.learning_starts // settings.actors)
+    return {
+        "ACTORQ_RANDOM_STEPS": str(warm_up),
+        # Short continuous-control budgets: actors may run only a little past the learner's
+        # warm-up, or most transitions would come from the first, untrained policy.
+        "ACTORQ_INSERT_ERROR_BUFFER": str(config.learning_starts + 1000),
+        "ACTORQ_N_STEP": str(getattr(config, "n_step", 1)),
+        "ACTORQ_GAMMA": str(config.gamma),
+    }
 
 
 class _StopFlag:
@@ -185,8 +216,9 @@ class _StopFlag:
 def run(settings: RunSettings) -> int:
     """Run training to the target or budget; returns the process exit code."""
     started = time.perf_counter()  # wall_seconds counts from here, start-up included
-    env_info = describe_env(settings.env)  # unknown env: clear error before anything starts
-    spec = MLPSpec(env_info.obs_dim, env_info.num_actions, settings.hidden)
+    # Unknown env or wrong action kind for the algorithm: clear error before anything starts.
+    spec = policy_spec(settings.env, settings.algo, settings.hidden)
+    load_algorithm_config(settings.algo)  # bad ACTORQ_<ALGO>_* values: same
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
         check_redis(settings.redis_url, timeout=3.0, password=password)
@@ -437,6 +469,9 @@ def _write_outputs(
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)
     write_plots(
-        run_dir, monitor, f"{settings.env} DQN, {settings.precision} actors", settings.target_return
+        run_dir,
+        monitor,
+        f"{settings.env} {settings.algo.upper()}, {settings.precision} actors",
+        settings.target_return,
     )
     view.final(summary, run_dir)

@@ -18,6 +18,7 @@ import redis
 
 from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.checkpoint import Checkpointer
 from actorq.learner.distributed import (
@@ -74,7 +75,8 @@ class Learner:
     ) -> None:
         if dqn_config.learning_starts > settings.replay_capacity:
             raise ConfigError(
-                f"ACTORQ_DQN_LEARNING_STARTS={dqn_config.learning_starts} exceeds "
+                f"{config_prefix(settings.algo)}LEARNING_STARTS={dqn_config.learning_starts} "
+                "exceeds "
                 f"ACTORQ_REPLAY_CAPACITY={settings.replay_capacity}: the learner would never start"
             )
         self.s, self.cfg, self.spec = settings, dqn_config, spec
@@ -83,14 +85,29 @@ class Learner:
         if publisher is None and self.dist.is_primary:
             raise ValueError("the primary learner (rank 0) needs a publisher")
         self.publisher = publisher
-        self.dqn = DQNLearner(spec, dqn_config, device=settings.device, seed=settings.seed)
-        self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim)
+        # `dqn` is whichever algorithm ACTORQ_ALGO names (the attribute keeps its old name).
+        self.dqn = make_algorithm(
+            settings.algo,
+            spec.obs_dim,
+            spec.num_outputs,
+            spec.hidden,
+            dqn_config,
+            device=settings.device,
+            seed=settings.seed,
+        )
+        act_dim = spec.num_outputs if is_continuous(settings.algo) else 0
+        self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim, act_dim)
         self.sampler = make_sampler(settings)
         self.reader = RedisReplayReader(
             client, keys, self.storage, self.sampler, shard=self.dist.shard()
         )
         self._agreement = StepAgreement(settings.device) if self.dist.enabled else None
         if self.dist.enabled:
+            if not isinstance(self.dqn, DQNLearner):
+                raise ConfigError(
+                    f"parallel learners (world_size {self.dist.world_size}) support algo dqn "
+                    f"only so far, got {settings.algo!r}"
+                )
             self.dqn.grad_sync = GradientAverager(self.dist.world_size)
         # The limiter counts the whole learner group: it samples world_size batches per step.
         self.group_batch = dqn_config.batch_size * self.dist.world_size
@@ -282,6 +299,7 @@ class Learner:
             "updates": self.counters.updates,
             "version": self.publisher.version,
             "env_id": self.s.env_id,
+            "algo": self.s.algo,
             "hidden": list(self.spec.hidden),
             "precision": self.s.precision,
         }

@@ -10,17 +10,25 @@ import itertools
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+OUTPUT_ACTIVATIONS = ("none", "tanh")
 
 
 @dataclass(frozen=True)
 class MLPSpec:
-    """Shape of an MLP: obs_dim -> hidden[0] -> ... -> hidden[-1] -> num_outputs."""
+    """Shape of an MLP: obs_dim -> hidden[0] -> ... -> hidden[-1] -> num_outputs.
+
+    `output_activation` is "none" for Q-networks and critics, "tanh" for deterministic
+    actors whose outputs are actions in [-1, 1].
+    """
 
     obs_dim: int
     num_outputs: int
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "relu"
+    output_activation: str = "none"
 
     def __post_init__(self) -> None:
         if self.obs_dim < 1 or self.num_outputs < 1:
@@ -32,6 +40,11 @@ class MLPSpec:
             raise ValueError(f"hidden widths must be >= 1, got {self.hidden}")
         if self.activation != "relu":
             raise ValueError(f"unsupported activation {self.activation!r}; expected 'relu'")
+        if self.output_activation not in OUTPUT_ACTIVATIONS:
+            raise ValueError(
+                f"unsupported output_activation {self.output_activation!r}; "
+                f"expected one of {OUTPUT_ACTIVATIONS}"
+            )
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -68,11 +81,16 @@ def linear_layer_names(num_layers: int) -> list[str]:
 
 
 class QNetwork(nn.Module):
-    """fp32 MLP mapping observations to one value per output (Q-values for DQN)."""
+    """fp32 MLP mapping observations to one value per output (Q-values for DQN).
 
-    def __init__(self, spec: MLPSpec) -> None:
+    With `weight_bits` set, every forward uses fake-quantized weights (per output channel,
+    straight-through gradients): quantization-aware training of the broadcast policy.
+    """
+
+    def __init__(self, spec: MLPSpec, weight_bits: int | None = None) -> None:
         super().__init__()
         self.spec = spec
+        self.weight_bits = weight_bits
         modules: list[nn.Module] = []
         widths = spec.widths
         for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
@@ -82,4 +100,16 @@ class QNetwork(nn.Module):
         self.layers = nn.Sequential(*modules)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.layers(obs)
+        out = self.layers(obs) if self.weight_bits is None else self._fake_quantized(obs)
+        return torch.tanh(out) if self.spec.output_activation == "tanh" else out
+
+    def _fake_quantized(self, obs: torch.Tensor) -> torch.Tensor:
+        from actorq.quant.fake import fake_quantize  # models must not import quant eagerly
+
+        x = obs
+        for layer in self.layers:
+            if isinstance(layer, nn.Linear):
+                x = F.linear(x, fake_quantize(layer.weight, self.weight_bits), layer.bias)
+            else:
+                x = layer(x)
+        return x

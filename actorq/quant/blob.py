@@ -65,6 +65,8 @@ def spec_to_proto(spec: MLPSpec) -> policy_pb2.ModelSpec:
         num_outputs=spec.num_outputs,
         hidden=list(spec.hidden),
         activation=spec.activation,
+        # "" for identity keeps Q-network blobs byte-identical to those of older writers.
+        output_activation="" if spec.output_activation == "none" else spec.output_activation,
     )
 
 
@@ -78,6 +80,7 @@ def spec_from_proto(proto: policy_pb2.ModelSpec) -> MLPSpec:
             num_outputs=proto.num_outputs,
             hidden=tuple(proto.hidden),
             activation=proto.activation,
+            output_activation=proto.output_activation or "none",
         )
     except ValueError as err:
         raise BlobError(f"invalid model spec in blob: {err}") from err

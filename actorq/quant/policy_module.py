@@ -2,6 +2,10 @@
 
 - INT8: every Linear is an `Int8Linear` made from the blob's int8 codes and scales; no
   fp32 weight matrix ever exists on the actor.
+- INT4: the 4-bit codes (in [-7, 7], so valid int8 codes) and their scales go into the
+  same `Int8Linear` kernels: results equal the int4 weights exactly up to the int8
+  activation rounding, and no fp32 weight matrix exists. Packing two per byte saves
+  broadcast bytes only; there is no 4-bit kernel on this CPU.
 - FP16: weights are widened to fp32 `nn.Linear`. fp16 halves the broadcast, but CPU
   inference runs in fp32 (fbgemm's fp16 Linear measured no faster on this CPU).
 - FP32: plain `nn.Linear`, numerically the learner's QNetwork.
@@ -71,12 +75,14 @@ def build_policy_module(policy: policy_pb2.Policy) -> PolicyModule:
     for i, name in enumerate(names):
         hidden = i < len(names) - 1
         weight, bias = tensors[f"{name}.weight"], tensors[f"{name}.bias"]
-        if policy.precision == policy_pb2.PRECISION_INT8:
+        if policy.precision in (policy_pb2.PRECISION_INT8, policy_pb2.PRECISION_INT4):
             layers.append(_int8_layer(weight, bias, relu=hidden))
         else:
             layers.append(_float_layer(weight, bias))
             if hidden:
                 layers.append(nn.ReLU(inplace=True))  # Linear output is fresh: safe
+    if spec.output_activation == "tanh":
+        layers.append(nn.Tanh())
     return PolicyModule(layers, spec, policy.precision, policy.version, policy.learner_step)
 
 

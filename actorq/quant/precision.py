@@ -8,6 +8,7 @@ _BY_NAME: dict[str, int] = {
     "fp32": policy_pb2.PRECISION_FP32,
     "fp16": policy_pb2.PRECISION_FP16,
     "int8": policy_pb2.PRECISION_INT8,
+    "int4": policy_pb2.PRECISION_INT4,
 }
 _BY_VALUE: dict[int, str] = {value: name for name, value in _BY_NAME.items()}
 
@@ -16,7 +17,7 @@ PRECISION_NAMES: tuple[str, ...] = tuple(_BY_NAME)
 
 
 def parse_precision(name: str) -> int:
-    """Map "fp32" / "fp16" / "int8" (any case, surrounding spaces ignored) to the enum."""
+    """Map "fp32" / "fp16" / "int8" / "int4" (any case, surrounding spaces ignored) to the enum."""
     key = name.strip().lower() if isinstance(name, str) else name
     try:
         return _BY_NAME[key]
@@ -27,7 +28,7 @@ def parse_precision(name: str) -> int:
 
 
 def precision_name(precision: int) -> str:
-    """Short name ("fp32", "fp16", "int8") of a Precision enum value."""
+    """Short name ("fp32", "fp16", "int8", "int4") of a Precision enum value."""
     try:
         return _BY_VALUE[precision]
     except (KeyError, TypeError):

@@ -12,13 +12,28 @@ n          number of transitions N, ASCII decimal (>= 1)
 obs_dim    observation size D, ASCII decimal (>= 1)
 actor      actor id, UTF-8
 version    policy version that chose the actions, ASCII decimal (>= 0)
-precision  precision of that policy: "fp32", "fp16" or "int8"
+precision  precision of that policy: "fp32", "fp16", "int8" or "int4"
 obs        N*D float32 little-endian, row-major
 action     N int64 little-endian
 reward     N float32 little-endian
 next_obs   N*D float32 little-endian, row-major
 done       N bytes, 0 or 1 (1 only on termination, never on truncation)
 =========  =====================================================================
+
+Format version "2" carries continuous actions (DDPG, TD3, SAC, D4PG). It has every field
+of "1" except that `action` changes, plus two fields:
+
+=========  =====================================================================
+act_dim    action size A, ASCII decimal (>= 1)
+action     N*A float32 little-endian, row-major, each in [-1, 1]
+steps      optional: N bytes, the n-step length of each transition (1..255); absent
+           means all 1. reward is then the discounted n-step reward sum and next_obs
+           the observation n steps later (see actorq.actor.nstep)
+=========  =====================================================================
+
+Discrete batches are still written as "1", byte for byte as before, so older readers
+keep working on them; an older reader refuses a "2" entry as an unsupported version
+rather than misreading float actions as integers.
 """
 
 from __future__ import annotations
@@ -31,7 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 FORMAT_VERSION = "1"
-PRECISIONS = ("fp32", "fp16", "int8")
+CONTINUOUS_FORMAT_VERSION = "2"
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
 
 _F32 = np.dtype("<f4")
 _I64 = np.dtype("<i8")
@@ -60,25 +76,34 @@ class TransitionBatch:
     """N transitions from one actor, all chosen by the same policy version.
 
     `done` is true only when the episode terminated, not when it was truncated, so the
-    learner still bootstraps from `next_obs` on truncated steps.
+    learner still bootstraps from `next_obs` on truncated steps. Actions are int64 [N]
+    (discrete) or float32 [N, act_dim] (continuous); `steps` (uint8 [N], continuous only)
+    holds n-step lengths when transitions span more than one env step.
     """
 
     obs: np.ndarray  # float32 [N, obs_dim]
-    action: np.ndarray  # int64 [N]
+    action: np.ndarray  # int64 [N] or float32 [N, act_dim]
     reward: np.ndarray  # float32 [N]
     next_obs: np.ndarray  # float32 [N, obs_dim]
     done: np.ndarray  # bool [N]
     actor_id: str
     policy_version: int
     precision: str = "fp32"
+    steps: np.ndarray | None = None  # uint8 [N], n-step lengths >= 1; None = all 1
 
     def __post_init__(self) -> None:
         n = _check_obs("obs", self.obs)
-        _check_array("action", self.action, np.dtype(np.int64), (n,))
+        _check_action(self.action, n)
+        if self.steps is not None:
+            if not self.continuous:
+                raise ValueError("steps is only carried with continuous (float32) actions")
+            _check_array("steps", self.steps, np.dtype(np.uint8), (n,))
+            if n and self.steps.min() < 1:
+                raise ValueError("steps must be >= 1")
         _check_array("reward", self.reward, np.dtype(np.float32), (n,))
         _check_array("next_obs", self.next_obs, np.dtype(np.float32), self.obs.shape)
         _check_array("done", self.done, np.dtype(np.bool_), (n,))
-        for name in ("obs", "reward", "next_obs"):
+        for name in ("obs", "reward", "next_obs", *(("action",) if self.continuous else ())):
             if not _all_finite(getattr(self, name)):
                 raise ValueError(f"{name} contains NaN or infinity")
         _check_meta(self.actor_id, self.policy_version, self.precision)
@@ -90,6 +115,23 @@ class TransitionBatch:
     @property
     def obs_dim(self) -> int:
         return int(self.obs.shape[1])
+
+    @property
+    def continuous(self) -> bool:
+        return self.action.dtype == np.float32
+
+    @property
+    def act_dim(self) -> int:
+        """Action dimensions of a continuous batch; 0 for a discrete one."""
+        return int(self.action.shape[1]) if self.continuous else 0
+
+
+def _check_action(action: object, n: int) -> None:
+    if isinstance(action, np.ndarray) and action.dtype == np.float32:
+        if action.ndim != 2 or action.shape[0] != n or action.shape[1] < 1:
+            raise ValueError(f"action must have shape [{n}, act_dim>=1], got {list(action.shape)}")
+        return
+    _check_array("action", action, np.dtype(np.int64), (n,))
 
 
 def _check_obs(name: str, arr: object) -> int:
@@ -136,6 +178,8 @@ def _describe(arr: object) -> str:
 
 def encode_batch(batch: TransitionBatch) -> dict[str, bytes]:
     """Encode a batch as Redis stream fields (see the module docstring for the format)."""
+    if batch.continuous:
+        return _encode_continuous(batch)
     return {
         "v": FORMAT_VERSION.encode(),
         "n": str(len(batch)).encode(),
@@ -151,6 +195,26 @@ def encode_batch(batch: TransitionBatch) -> dict[str, bytes]:
     }
 
 
+def _encode_continuous(batch: TransitionBatch) -> dict[str, bytes]:
+    fields = {
+        "v": CONTINUOUS_FORMAT_VERSION.encode(),
+        "n": str(len(batch)).encode(),
+        "obs_dim": str(batch.obs_dim).encode(),
+        "act_dim": str(batch.act_dim).encode(),
+        "actor": batch.actor_id.encode("utf-8"),
+        "version": str(batch.policy_version).encode(),
+        "precision": batch.precision.encode(),
+        "obs": batch.obs.astype(_F32, copy=False).tobytes(order="C"),
+        "action": batch.action.astype(_F32, copy=False).tobytes(order="C"),
+        "reward": batch.reward.astype(_F32, copy=False).tobytes(),
+        "next_obs": batch.next_obs.astype(_F32, copy=False).tobytes(order="C"),
+        "done": batch.done.astype(_U8).tobytes(),
+    }
+    if batch.steps is not None:
+        fields["steps"] = batch.steps.astype(_U8, copy=False).tobytes()
+    return fields
+
+
 def decode_batch(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> TransitionBatch:
     """Decode stream fields written by `encode_batch`.
 
@@ -160,27 +224,48 @@ def decode_batch(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> Transit
     ignored so later writers can add some without breaking older readers.
     """
     f = _normalize_keys(fields)
-    if f["v"] != FORMAT_VERSION.encode():
+    if f["v"] not in (FORMAT_VERSION.encode(), CONTINUOUS_FORMAT_VERSION.encode()):
         raise ReplayDecodeError("unsupported_version", f"unsupported format version {f['v']!r}")
     n, obs_dim = _decimal(f, "n"), _decimal(f, "obs_dim")
     if n < 1 or obs_dim < 1:
         raise ReplayDecodeError("bad_header", f"n and obs_dim must be >= 1, got {n}, {obs_dim}")
+    action, steps = _actions(f, n)
     try:
         batch = TransitionBatch(
             obs=_array(f, "obs", _F32, n * obs_dim).reshape(n, obs_dim),
-            action=_array(f, "action", _I64, n),
+            action=action,
             reward=_array(f, "reward", _F32, n),
             next_obs=_array(f, "next_obs", _F32, n * obs_dim).reshape(n, obs_dim),
             done=_done(f, n),
             actor_id=_text(f, "actor"),
             policy_version=_decimal(f, "version"),
             precision=_text(f, "precision"),
+            steps=steps,
         )
     except ReplayDecodeError:
         raise
     except ValueError as exc:
         raise ReplayDecodeError("invalid_batch", str(exc)) from exc
     return batch
+
+
+def _actions(f: dict[str, bytes], n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Actions (and n-step lengths) of a "1" (int64) or "2" (float32 [N, A]) entry."""
+    if f["v"] == FORMAT_VERSION.encode():
+        return _array(f, "action", _I64, n), None
+    if "act_dim" not in f or type(f["act_dim"]) is not bytes:
+        raise ReplayDecodeError("missing_field", "format 2 entry without an act_dim field")
+    act_dim = _decimal(f, "act_dim")
+    if act_dim < 1:
+        raise ReplayDecodeError("bad_header", f"act_dim must be >= 1, got {act_dim}")
+    action = _array(f, "action", _F32, n * act_dim).reshape(n, act_dim)
+    steps = None
+    if "steps" in f:
+        raw = f["steps"]
+        if type(raw) is not bytes or len(raw) != n:
+            raise ReplayDecodeError("bad_length", f"field 'steps' must be {n} bytes")
+        steps = np.frombuffer(raw, dtype=np.uint8).copy()
+    return action, steps
 
 
 def _normalize_keys(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> dict[str, bytes]:

@@ -166,6 +166,10 @@ class RedisReplayReader:
             msg = f"obs_dim {batch.obs_dim} != storage obs_dim {self.storage.obs_dim}"
             self._reject(entry_id, "obs_dim_mismatch", msg)
             return 0
+        if batch.act_dim != self.storage.act_dim:  # continuous vs discrete, or another env
+            msg = f"act_dim {batch.act_dim} != storage act_dim {self.storage.act_dim}"
+            self._reject(entry_id, "act_dim_mismatch", msg)
+            return 0
         indices = self.storage.add(batch)
         if self.sampler is not None:
             self.sampler.on_insert(indices)

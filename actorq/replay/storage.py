@@ -22,21 +22,31 @@ class ReplayStorage:
     share it; each call holds the lock only for a few numpy copies.
     """
 
-    def __init__(self, capacity: int, obs_dim: int) -> None:
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int = 0) -> None:
+        """`act_dim` 0: discrete int64 actions; >= 1: continuous float32 [act_dim] actions
+        plus a `steps` column (n-step lengths, 1 unless the batch says otherwise)."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if obs_dim < 1:
             raise ValueError(f"obs_dim must be >= 1, got {obs_dim}")
+        if act_dim < 0:
+            raise ValueError(f"act_dim must be >= 0, got {act_dim}")
         self.capacity = capacity
         self.obs_dim = obs_dim
+        self.act_dim = act_dim
+        action = (
+            np.zeros((capacity, act_dim), np.float32) if act_dim else np.zeros(capacity, np.int64)
+        )
         self._cols: dict[str, np.ndarray] = {
             "obs": np.zeros((capacity, obs_dim), np.float32),
-            "action": np.zeros(capacity, np.int64),
+            "action": action,
             "reward": np.zeros(capacity, np.float32),
             "next_obs": np.zeros((capacity, obs_dim), np.float32),
             "done": np.zeros(capacity, np.bool_),
             "policy_version": np.zeros(capacity, np.int64),
         }
+        if act_dim:
+            self._cols["steps"] = np.ones(capacity, np.uint8)
         self._lock = threading.Lock()
         self._total = 0
 
@@ -56,6 +66,8 @@ class ReplayStorage:
         """
         if batch.obs_dim != self.obs_dim:
             raise ValueError(f"batch obs_dim {batch.obs_dim} != storage obs_dim {self.obs_dim}")
+        if batch.act_dim != self.act_dim:
+            raise ValueError(f"batch act_dim {batch.act_dim} != storage act_dim {self.act_dim}")
         n = len(batch)
         skip = max(0, n - self.capacity)
         values: dict[str, np.ndarray | int] = {
@@ -66,6 +78,8 @@ class ReplayStorage:
             "done": batch.done[skip:],
             "policy_version": batch.policy_version,
         }
+        if self.act_dim:
+            values["steps"] = 1 if batch.steps is None else batch.steps[skip:]
         with self._lock:
             start = (self._total + skip) % self.capacity
             indices = (start + np.arange(n - skip, dtype=np.int64)) % self.capacity

@@ -13,6 +13,7 @@ class Precision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRECISION_FP32: _ClassVar[Precision]
     PRECISION_FP16: _ClassVar[Precision]
     PRECISION_INT8: _ClassVar[Precision]
+    PRECISION_INT4: _ClassVar[Precision]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -20,28 +21,33 @@ class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DTYPE_FLOAT32: _ClassVar[DType]
     DTYPE_FLOAT16: _ClassVar[DType]
     DTYPE_INT8: _ClassVar[DType]
+    DTYPE_INT4: _ClassVar[DType]
 PRECISION_UNSPECIFIED: Precision
 PRECISION_FP32: Precision
 PRECISION_FP16: Precision
 PRECISION_INT8: Precision
+PRECISION_INT4: Precision
 DTYPE_UNSPECIFIED: DType
 DTYPE_FLOAT32: DType
 DTYPE_FLOAT16: DType
 DTYPE_INT8: DType
+DTYPE_INT4: DType
 
 class ModelSpec(_message.Message):
-    __slots__ = ("kind", "obs_dim", "num_outputs", "hidden", "activation")
+    __slots__ = ("kind", "obs_dim", "num_outputs", "hidden", "activation", "output_activation")
     KIND_FIELD_NUMBER: _ClassVar[int]
     OBS_DIM_FIELD_NUMBER: _ClassVar[int]
     NUM_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     kind: str
     obs_dim: int
     num_outputs: int
     hidden: _containers.RepeatedScalarFieldContainer[int]
     activation: str
-    def __init__(self, kind: _Optional[str] = ..., obs_dim: _Optional[int] = ..., num_outputs: _Optional[int] = ..., hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ...) -> None: ...
+    output_activation: str
+    def __init__(self, kind: _Optional[str] = ..., obs_dim: _Optional[int] = ..., num_outputs: _Optional[int] = ..., hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., output_activation: _Optional[str] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("name", "shape", "dtype", "data", "scales", "zero_points", "axis")

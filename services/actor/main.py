@@ -29,7 +29,8 @@ log = logging.getLogger("actorq.actor")
 
 def serve(settings: ActorSettings) -> int:
     torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
-    describe_env(settings.env_id)  # unknown or unsupported env: clear error before anything starts
+    # Unknown or unsupported env: a clear error before anything starts.
+    describe_env(settings.env_id, continuous=None)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     settings = claim_actor_index(settings, client, keys)  # replicas of one template (-1)

@@ -1,7 +1,8 @@
 """Learner process: settings -> DQN learner, replay mirror, publisher -> train.
 
 Configured by ACTORQ_* environment variables (see actorq.config.LearnerSettings) and
-ACTORQ_DQN_* for DQN hyperparameters (see actorq.algos.dqn.DQNConfig).
+ACTORQ_<ALGO>_* for the hyperparameters of the algorithm ACTORQ_ALGO names (e.g.
+ACTORQ_DQN_* for actorq.algos.dqn.DQNConfig, ACTORQ_TD3_* for actorq.algos.td3.TD3Config).
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import time
 import torch
 
 from actorq import metrics
-from actorq.algos.dqn import DQNConfig
+from actorq.algos.dqn import DQNLearner
+from actorq.algos.factory import load_algorithm_config, policy_spec
 from actorq.config import LearnerSettings, load_settings
-from actorq.envs import describe_env
 from actorq.learner.distributed import DistConfig, init_group, leave_group
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import WeightsPublisher
-from actorq.models import MLPSpec
 from actorq.quant import parse_precision
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
@@ -41,9 +41,8 @@ def dist_config(settings: LearnerSettings) -> DistConfig:
     )
 
 
-def build_learner(settings: LearnerSettings, dqn: DQNConfig, runtime: ServiceRuntime) -> Learner:
-    info = describe_env(settings.env_id)
-    spec = MLPSpec(info.obs_dim, info.num_actions, settings.hidden)
+def build_learner(settings: LearnerSettings, dqn, runtime: ServiceRuntime) -> Learner:
+    spec = policy_spec(settings.env_id, settings.algo, settings.hidden)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     dist = dist_config(settings)
@@ -100,14 +99,19 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "rank": learner.dist.rank,
                 "world_size": learner.dist.world_size,
                 # Equal on every rank while the replicas agree (a parallel-learner check).
-                "weights_checksum": learner.dqn.weights_checksum(),
+                "weights_checksum": _weights_checksum(learner),
             },
         )
 
     return status
 
 
-def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
+def _weights_checksum(learner: Learner) -> float:
+    """Equal on every data-parallel rank while the replicas agree (DQN only so far)."""
+    return learner.dqn.weights_checksum() if isinstance(learner.dqn, DQNLearner) else 0.0
+
+
+def serve(settings: LearnerSettings, dqn) -> int:
     torch.set_num_threads(settings.torch_threads)
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime)
@@ -129,7 +133,8 @@ def serve(settings: LearnerSettings, dqn: DQNConfig) -> int:
     init_group(learner.dist, settings.device)
     learner.restore()
     log.info(
-        "learner up: env %s, hidden %s, precision %s, control port %d, metrics %s",
+        "learner up: %s on env %s, hidden %s, precision %s, control port %d, metrics %s",
+        settings.algo,
         settings.env_id,
         settings.hidden,
         settings.precision,
@@ -162,7 +167,7 @@ def main() -> None:
     def _main() -> int:
         settings = load_settings(LearnerSettings)
         setup_logging(settings.log_level)
-        dqn = load_settings(DQNConfig, prefix="ACTORQ_DQN_")
+        dqn = load_algorithm_config(settings.algo)
         return serve(settings, dqn)
 
     run_main(_main)

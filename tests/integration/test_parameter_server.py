@@ -206,14 +206,19 @@ def test_restarted_quantizer_serves_what_redis_holds(
         second.close()
 
 
-@pytest.mark.parametrize("precision", [policy_pb2.PRECISION_FP32, policy_pb2.PRECISION_FP16])
+@pytest.mark.parametrize(
+    "precision",
+    [policy_pb2.PRECISION_FP32, policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_INT4],
+)
 def test_other_precisions_publish_and_size(cluster: Cluster, precision: int) -> None:
     reply = cluster.publish(1, precision=precision)
     ratio = reply.blob_bytes / SPEC.fp32_bytes()
     if precision == policy_pb2.PRECISION_FP32:
         assert 1.0 <= ratio < 1.05 and reply.quantization_error == 0.0
-    else:
+    elif precision == policy_pb2.PRECISION_FP16:
         assert 0.5 <= ratio < 0.6
+    else:  # int4: half a byte per weight plus fp32 biases and one scale per row
+        assert ratio < 0.25 and 0.01 < reply.quantization_error < 0.2
 
 
 def test_follower_loads_new_versions_and_keeps_last_good_on_corruption(

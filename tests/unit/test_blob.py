@@ -25,11 +25,13 @@ from actorq.v1 import policy_pb2
 
 SPEC = MLPSpec(obs_dim=6, num_outputs=3, hidden=(16, 8))
 FP32, FP16, INT8 = policy_pb2.PRECISION_FP32, policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_INT8
-ALL_PRECISIONS = [FP32, FP16, INT8]
+INT4 = policy_pb2.PRECISION_INT4
+ALL_PRECISIONS = [FP32, FP16, INT8, INT4]
 WEIGHT_DTYPE: dict[int, int] = {
     FP32: policy_pb2.DTYPE_FLOAT32,
     FP16: policy_pb2.DTYPE_FLOAT16,
     INT8: policy_pb2.DTYPE_INT8,
+    INT4: policy_pb2.DTYPE_INT4,
 }
 
 
@@ -82,7 +84,7 @@ def test_round_trip_keeps_metadata_and_layout(precision: int) -> None:
         assert tuple(t.shape) == SPEC.weight_shapes()[t.name]
         is_weight = len(t.shape) == 2
         assert t.dtype == (WEIGHT_DTYPE[precision] if is_weight else policy_pb2.DTYPE_FLOAT32)
-        quantized = is_weight and precision == INT8
+        quantized = is_weight and precision in (INT8, INT4)
         assert len(t.scales) == (t.shape[0] if quantized else 0)
         assert list(t.zero_points) == ([0] * t.shape[0] if quantized else [])
 
@@ -108,7 +110,12 @@ def test_round_trip_values_within_precision_bounds(precision: int) -> None:
             assert (err <= scales[:, None] / 2 * (1 + 1e-5)).all()
         worst = max(worst, float(np.linalg.norm(got - original) / np.linalg.norm(original)))
     assert encoded.quantization_error == pytest.approx(worst, rel=1e-4, abs=1e-12)
-    ranges: dict[int, tuple[float, float]] = {FP32: (0, 0), FP16: (1e-6, 1e-3), INT8: (1e-4, 0.01)}
+    ranges: dict[int, tuple[float, float]] = {
+        FP32: (0, 0),
+        FP16: (1e-6, 1e-3),
+        INT8: (1e-4, 0.01),
+        INT4: (0.01, 0.2),
+    }
     expected_range = ranges[precision]
     assert expected_range[0] <= encoded.quantization_error <= expected_range[1]
 

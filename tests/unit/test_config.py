@@ -48,7 +48,7 @@ def test_round_trip_through_environment() -> None:
     [
         (LearnerSettings, {"ACTORQ_SEED": "seven"}, "ACTORQ_SEED"),
         (LearnerSettings, {"ACTORQ_HIDDEN": "64,-1"}, "ACTORQ_HIDDEN"),
-        (LearnerSettings, {"ACTORQ_PRECISION": "int4"}, "int4"),
+        (LearnerSettings, {"ACTORQ_PRECISION": "int3"}, "int3"),
         (LearnerSettings, {"ACTORQ_REDIS_URL": "localhost:6379"}, "localhost:6379"),
         (ActorSettings, {"ACTORQ_EVALUATOR": "maybe"}, "ACTORQ_EVALUATOR"),
         (ActorSettings, {"ACTORQ_ACTOR_INDEX": "4", "ACTORQ_NUM_ACTORS": "4"}, "actor_index"),

@@ -23,14 +23,24 @@ def test_unknown_id_names_it_and_suggests_close_matches() -> None:
     assert isinstance(err.value, ValueError)
 
 
-def test_unknown_id_without_close_match_has_no_suggestion() -> None:
-    with pytest.raises(EnvError, match=r"^unknown gymnasium env id 'zzzz-qqq-v9'$"):
+def test_unknown_id_without_close_match_names_it_and_lists_the_families() -> None:
+    with pytest.raises(EnvError) as err:
         describe_env("zzzz-qqq-v9")
+    message = str(err.value)
+    assert message.startswith("unknown env id 'zzzz-qqq-v9'; expected one of:")
+    assert "did you mean" not in message
+    for family in ("classic control", "MuJoCo v5", "dmc:<domain>-<task>"):
+        assert family in message
 
 
-def test_continuous_actions_rejected() -> None:
+def test_continuous_actions_rejected_for_dqn() -> None:
     with pytest.raises(EnvError, match=r"DQN needs a Discrete action space.*'Pendulum-v1' has Box"):
         describe_env("Pendulum-v1")
+
+
+def test_discrete_actions_rejected_for_continuous_algorithms() -> None:
+    with pytest.raises(EnvError, match=r"1-D Box action space; 'CartPole-v1' has Discrete"):
+        describe_env("CartPole-v1", continuous=True)
 
 
 def test_non_flat_observations_rejected() -> None:

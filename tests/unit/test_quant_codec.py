@@ -154,6 +154,7 @@ def test_relative_error() -> None:
         ("fp32", policy_pb2.PRECISION_FP32),
         ("FP16", policy_pb2.PRECISION_FP16),
         (" Int8 ", policy_pb2.PRECISION_INT8),
+        ("int4", policy_pb2.PRECISION_INT4),
     ],
 )
 def test_parse_precision(name: str, value: int) -> None:
@@ -161,7 +162,7 @@ def test_parse_precision(name: str, value: int) -> None:
     assert precision_name(value) == name.strip().lower()
 
 
-@pytest.mark.parametrize("bad", ["int4", "", "float32"])
+@pytest.mark.parametrize("bad", ["int2", "", "float32"])
 def test_parse_precision_names_bad_value_and_accepted_ones(bad: str) -> None:
     with pytest.raises(ValueError) as info:
         parse_precision(bad)

@@ -104,7 +104,7 @@ def test_header_is_ascii() -> None:
         ("policy_version", -1),
         ("policy_version", True),
         ("policy_version", 2**63),
-        ("precision", "int4"),
+        ("precision", "int3"),
     ],
 )
 def test_invalid_batch_names_the_field(field: str, value: object) -> None:
@@ -159,10 +159,10 @@ GOOD = encode_batch(make_batch())
         (corrupt(n=b"9" * 40), "bad_header"),
         (corrupt(version=b"x"), "bad_header"),
         (corrupt(version=b"99999999999999999999"[:19]), "invalid_batch"),
-        (corrupt(v=b"2"), "unsupported_version"),
+        (corrupt(v=b"3"), "unsupported_version"),
         (corrupt(done=b"\x00\x01\x02\x00"), "bad_value"),
         (corrupt(reward=np.array([1, np.nan, 0, 0], "<f4").tobytes()), "invalid_batch"),
-        (corrupt(precision=b"int4"), "invalid_batch"),
+        (corrupt(precision=b"int3"), "invalid_batch"),
         (corrupt(actor=b""), "invalid_batch"),
         (corrupt(actor=b"\xff\xfe"), "bad_header"),
     ],

@@ -1,0 +1,184 @@
+"""What every learning algorithm offers the learner loop, and helpers the continuous ones share.
+
+The loop (actorq.learner.loop) only needs::
+
+    result = algo.update(batch, importance_weights)   # one gradient step
+    sampler.update_priorities(indices, result.td_abs)
+    publish(algo.policy_spec, algo.policy_weights())  # the actor network only, fp32
+    checkpoint(algo.state_dict())
+
+so DQN, DDPG, TD3, SAC and D4PG are interchangeable behind `make_algorithm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from actorq.models.mlp import MLPSpec
+
+CONTINUOUS_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
+
+
+@runtime_checkable
+class UpdateResult(Protocol):
+    loss: float
+    q_mean: float
+    td_abs: np.ndarray
+    grad_norm: float
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """A learner algorithm: fp32 networks, one `update` per sampled batch."""
+
+    config: Any  # a *Config dataclass with at least batch_size and learning_starts
+    policy_spec: MLPSpec  # the network actors run (what policy_weights() fills)
+
+    @property
+    def num_updates(self) -> int: ...
+
+    def update(
+        self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
+    ) -> UpdateResult: ...
+
+    def policy_weights(self) -> dict[str, np.ndarray]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class ContinuousUpdate:
+    """What one actor-critic update reports."""
+
+    loss: float
+    """Importance-weighted critic loss."""
+    q_mean: float
+    """Mean Q(s, a) of the batch's actions before the update (first critic)."""
+    td_abs: np.ndarray
+    """|target - Q(s, a)| per transition, shape [B]: priorities for prioritized replay."""
+    grad_norm: float
+    """Critic gradient norm before clipping."""
+    actor_loss: float
+    """Actor loss, NaN on steps where the actor was not updated (TD3's delay)."""
+
+
+def check_field(owner: str, ok: bool, field: str, expected: str, value: object) -> None:
+    if not ok:
+        raise ValueError(f"{owner}.{field} must be {expected}, got {value!r}")
+
+
+def batch_tensors(
+    batch: Mapping[str, np.ndarray], act_dim: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """float32 tensors of a continuous batch, shapes checked; `steps` (n-step length) kept."""
+    missing = [k for k in CONTINUOUS_BATCH_KEYS if k not in batch]
+    if missing:
+        raise KeyError(f"batch is missing {missing}; expected keys {list(CONTINUOUS_BATCH_KEYS)}")
+    out = {
+        k: torch.as_tensor(np.asarray(batch[k]), device=device).to(torch.float32)
+        for k in CONTINUOUS_BATCH_KEYS
+    }
+    if "steps" in batch:
+        out["steps"] = torch.as_tensor(np.asarray(batch["steps"]), device=device).to(torch.float32)
+    size = out["obs"].shape[0]
+    if out["action"].shape != (size, act_dim):
+        raise ValueError(
+            f"batch['action'] must have shape ({size}, {act_dim}), got {tuple(out['action'].shape)}"
+        )
+    for k, v in out.items():
+        if v.shape[0] != size:
+            raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch['obs'] has {size}")
+    return out
+
+
+def bootstrap_discount(t: Mapping[str, torch.Tensor], gamma: float) -> torch.Tensor:
+    """gamma ** steps * (1 - done): how much of the bootstrapped value each target keeps.
+
+    `steps` is the n-step length of each transition (1 when the batch has no such column).
+    """
+    not_done = 1.0 - t["done"]
+    if "steps" not in t:
+        return gamma * not_done
+    return torch.pow(torch.tensor(gamma, device=not_done.device), t["steps"]) * not_done
+
+
+def weights_tensor(weights: np.ndarray | None, size: int, device: torch.device) -> torch.Tensor:
+    if weights is None:
+        return torch.ones(size, device=device)
+    w = torch.as_tensor(np.asarray(weights), dtype=torch.float32, device=device)
+    if w.shape != (size,):
+        raise ValueError(f"weights must have shape ({size},), got {tuple(w.shape)}")
+    return w
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target."""
+    for p_target, p_online in zip(target.parameters(), online.parameters(), strict=True):
+        p_target.lerp_(p_online, tau)
+
+
+def fp32_weights(module: nn.Module) -> dict[str, np.ndarray]:
+    """fp32 contiguous copies of a module's state dict, keyed by name."""
+    return {
+        name: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float32).copy()
+        for name, t in module.state_dict().items()
+    }
+
+
+def adam(module: nn.Module, lr: float, device: torch.device) -> torch.optim.Adam:
+    # The fused kernel is ~3x faster than the per-tensor loop for small MLPs on CPU.
+    return torch.optim.Adam(module.parameters(), lr=lr, fused=device.type in ("cpu", "cuda"))
+
+
+def step(
+    optimizer: torch.optim.Optimizer, loss: torch.Tensor, module: nn.Module, max_norm: float
+) -> float:
+    """Backward, clip, step; returns the gradient norm before clipping."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+    optimizer.step()
+    return float(norm.item())
+
+
+def normalized(t: dict[str, torch.Tensor], rms: Any) -> dict[str, torch.Tensor]:
+    """Update running observation statistics with the batch and normalise obs and next_obs
+    (unchanged when `rms` is None)."""
+    if rms is None:
+        return t
+    rms.update(t["obs"].cpu().numpy())
+    return {**t, "obs": rms.normalize(t["obs"]), "next_obs": rms.normalize(t["next_obs"])}
+
+
+def with_folded_norm(weights: dict[str, np.ndarray], rms: Any) -> dict[str, np.ndarray]:
+    """Policy weights that take raw observations (normalisation folded into layer 0)."""
+    if rms is None:
+        return weights
+    from actorq.models.mlp import linear_layer_names
+    from actorq.normalize import fold_into_first_layer
+
+    return fold_into_first_layer(weights, linear_layer_names(1)[0], rms)
+
+
+class Critic(nn.Module):
+    """Q(s, a): an MLP over the concatenated observation and action."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], outputs: int = 1):
+        super().__init__()
+        from actorq.models.mlp import QNetwork
+
+        self.net = QNetwork(MLPSpec(obs_dim + act_dim, outputs, hidden))
+        self.outputs = outputs
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        out = self.net(torch.cat([obs, action], dim=1))
+        return out.squeeze(1) if self.outputs == 1 else out

@@ -1,0 +1,220 @@
+"""DDPG: a deterministic tanh actor and a Q critic, both fp32, with Polyak-averaged targets.
+
+TD3 (actorq.algos.td3) and D4PG (actorq.algos.d4pg) reuse this learner and change only
+the critic: two critics with target smoothing and a delayed actor, or a distributional
+critic with n-step targets. Actors receive `policy_weights()`: the actor network alone,
+whose spec (`policy_spec`) has a tanh output, so the broadcast policy maps observations
+straight to actions in [-1, 1]; exploration noise is the actors' business.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from actorq.algos.base import (
+    ContinuousUpdate,
+    Critic,
+    adam,
+    batch_tensors,
+    bootstrap_discount,
+    check_field,
+    fp32_weights,
+    normalized,
+    soft_update,
+    step,
+    weights_tensor,
+    with_folded_norm,
+)
+from actorq.models.mlp import MLPSpec, QNetwork
+from actorq.normalize import RunningMeanStd
+
+
+@dataclass
+class DDPGConfig:
+    """DDPG hyperparameters (ACTORQ_DDPG_* on the learner service)."""
+
+    actor_lr: float = 1e-3
+    """Adam learning rate of the actor."""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critic(s)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak step of the target networks after each actor update."""
+    batch_size: int = 256
+    """Transitions per learner update."""
+    learning_starts: int = 1_000
+    """Transitions the replay must hold before the learner starts updating."""
+    max_grad_norm: float = 100.0
+    """Global gradient-norm clip of each optimizer step (a guard, rarely active)."""
+    qat_bits: int = 0
+    """Quantization-aware training: 2..8 trains the actor through fake-quantized weights
+    at that width (straight-through estimator); 0 = off."""
+    obs_norm: bool = False
+    """Normalise observations with running mean/std (useful on MuJoCo and DM Control);
+    the broadcast policy gets the normalisation folded into its first layer."""
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        check_field(owner, self.actor_lr > 0, "actor_lr", "> 0", self.actor_lr)
+        check_field(owner, self.critic_lr > 0, "critic_lr", "> 0", self.critic_lr)
+        check_field(owner, 0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]", self.gamma)
+        check_field(owner, 0.0 < self.tau <= 1.0, "tau", "in (0, 1]", self.tau)
+        check_field(owner, self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
+        check_field(
+            owner, self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts
+        )
+        check_field(owner, self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
+        check_field(
+            owner,
+            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
+            "qat_bits",
+            "0 (off) or in [2, 8]",
+            self.qat_bits,
+        )
+
+
+class DDPGLearner:
+    """Owns actor, critic(s), their targets and optimizers; one `update` per batch."""
+
+    num_critics = 1
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        config: DDPGConfig,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.act_dim = act_dim
+        self.device = torch.device(device)
+        self.policy_spec = MLPSpec(obs_dim, act_dim, hidden, output_activation="tanh")
+        bits = config.qat_bits or None
+        # A private RNG fork: building a learner never disturbs the caller's torch RNG.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.actor = QNetwork(self.policy_spec, weight_bits=bits).to(self.device)
+            self.critics = nn.ModuleList(
+                self._make_critic(obs_dim, act_dim, hidden) for _ in range(self.num_critics)
+            ).to(self.device)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.actor_opt = adam(self.actor, config.actor_lr, self.device)
+        self.critic_opt = adam(self.critics, config.critic_lr, self.device)
+        self._num_updates = 0
+        self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
+        self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None
+
+    def _make_critic(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> nn.Module:
+        return Critic(obs_dim, act_dim, hidden)
+
+    @property
+    def num_updates(self) -> int:
+        return self._num_updates
+
+    # --- one update -----------------------------------------------------------------------
+    def update(
+        self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
+    ) -> ContinuousUpdate:
+        """One critic step (and an actor step when due) on `batch`; `weights` are IS weights."""
+        t = normalized(batch_tensors(batch, self.act_dim, self.device), self.obs_rms)
+        w = weights_tensor(weights, t["obs"].shape[0], self.device)
+        loss, q, td_abs = self._critic_loss(t, w)
+        grad_norm = step(self.critic_opt, loss, self.critics, self.config.max_grad_norm)
+        self._num_updates += 1
+        actor_loss = float("nan")
+        if self._actor_due():
+            actor_loss = self._update_actor(t["obs"])
+            self._update_targets()
+        return ContinuousUpdate(
+            loss=float(loss.item()),
+            q_mean=float(q.mean().item()),
+            td_abs=td_abs.cpu().numpy(),
+            grad_norm=grad_norm,
+            actor_loss=actor_loss,
+        )
+
+    def _critic_loss(
+        self, t: Mapping[str, torch.Tensor], w: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(weighted loss, Q(s, a) of the first critic, |TD error|) for a batch."""
+        target = self.td_target(t)
+        qs = [critic(t["obs"], t["action"]) for critic in self.critics]
+        per_item = sum((q - target).pow(2) for q in qs)
+        loss = (per_item * w).mean()
+        q0 = qs[0].detach()
+        return loss, q0, (target - q0).abs()
+
+    @torch.no_grad()
+    def td_target(self, t: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """r + gamma^n (1 - done) min_i Q_target_i(s', pi_target(s'))."""
+        next_action = self._target_action(t["next_obs"])
+        next_q = torch.stack([c(t["next_obs"], next_action) for c in self.critics_target])
+        discount = bootstrap_discount(t, self.config.gamma)
+        return t["reward"] + discount * next_q.min(dim=0).values
+
+    def _target_action(self, next_obs: torch.Tensor) -> torch.Tensor:
+        return self.actor_target(next_obs)
+
+    def _actor_due(self) -> bool:
+        return True
+
+    def _update_actor(self, obs: torch.Tensor) -> float:
+        loss = -self._actor_q(obs, self.actor(obs)).mean()
+        step(self.actor_opt, loss, self.actor, self.config.max_grad_norm)
+        return float(loss.item())
+
+    def _actor_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.critics[0](obs, action)
+
+    def _update_targets(self) -> None:
+        soft_update(self.actor_target, self.actor, self.config.tau)
+        soft_update(self.critics_target, self.critics, self.config.tau)
+
+    # --- what leaves the learner ---------------------------------------------------------
+    @torch.no_grad()
+    def actions(self, obs: np.ndarray) -> np.ndarray:
+        """The actor's deterministic actions in [-1, 1], [B, act_dim], for obs [B, obs_dim]."""
+        x = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize(x)
+        return self.actor(x).cpu().numpy()
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        """fp32 weights of the actor network only (matching `policy_spec`); with obs_norm,
+        the normalisation is folded into the first layer so actors feed raw observations."""
+        return with_folded_norm(fp32_weights(self.actor), self.obs_rms)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
+        return {
+            "actor": self.actor.state_dict(),
+            "critics": self.critics.state_dict(),
+            "actor_target": self.actor_target.state_dict(),
+            "critics_target": self.critics_target.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "num_updates": self._num_updates,
+            **({"obs_rms": self.obs_rms.state_dict()} if self.obs_rms is not None else {}),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.obs_rms is not None and "obs_rms" in state:
+            self.obs_rms.load_state_dict(state["obs_rms"])
+        self.actor.load_state_dict(state["actor"])
+        self.critics.load_state_dict(state["critics"])
+        self.actor_target.load_state_dict(state["actor_target"])
+        self.critics_target.load_state_dict(state["critics_target"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self._num_updates = int(state["num_updates"])

@@ -1,0 +1,86 @@
+"""`make_algorithm`: one place that maps an algorithm name to its learner and config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actorq.algos.base import Algorithm
+from actorq.algos.d4pg import D4PGConfig, D4PGLearner
+from actorq.algos.ddpg import DDPGConfig, DDPGLearner
+from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.algos.sac import SACConfig, SACLearner
+from actorq.algos.td3 import TD3Config, TD3Learner
+from actorq.models.mlp import MLPSpec
+
+_REGISTRY: dict[str, tuple[type, type]] = {
+    "dqn": (DQNConfig, DQNLearner),
+    "ddpg": (DDPGConfig, DDPGLearner),
+    "td3": (TD3Config, TD3Learner),
+    "sac": (SACConfig, SACLearner),
+    "d4pg": (D4PGConfig, D4PGLearner),
+}
+ALGORITHMS: tuple[str, ...] = tuple(_REGISTRY)
+CONTINUOUS_ALGORITHMS: tuple[str, ...] = ("ddpg", "td3", "sac", "d4pg")
+
+
+def _check_name(name: str) -> None:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; expected one of {', '.join(ALGORITHMS)}")
+
+
+def is_continuous(name: str) -> bool:
+    """Whether algorithm `name` acts in continuous (Box) action spaces."""
+    _check_name(name)
+    return name in CONTINUOUS_ALGORITHMS
+
+
+def config_prefix(name: str) -> str:
+    """Environment prefix of the algorithm's hyperparameters, e.g. ACTORQ_TD3_."""
+    _check_name(name)
+    return f"ACTORQ_{name.upper()}_"
+
+
+def load_algorithm_config(name: str, environ: Mapping[str, str] | None = None, **overrides: Any):
+    """The algorithm's config dataclass from ACTORQ_<NAME>_* variables plus overrides."""
+    from actorq.config import load_settings
+
+    _check_name(name)
+    return load_settings(_REGISTRY[name][0], environ, prefix=config_prefix(name), **overrides)
+
+
+def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...]) -> MLPSpec:
+    """The network actors run for `algo` on `env_id`: a Q-network (DQN) or a tanh actor.
+
+    Raises EnvError when the env is unknown or its action space does not fit the algorithm.
+    """
+    from actorq.envs import describe_env
+
+    info = describe_env(env_id, continuous=is_continuous(algo))
+    if info.continuous:
+        return MLPSpec(info.obs_dim, info.act_dim, hidden, output_activation="tanh")
+    return MLPSpec(info.obs_dim, info.num_actions, hidden)
+
+
+def make_algorithm(
+    name: str,
+    obs_dim: int,
+    num_outputs: int,
+    hidden: tuple[int, ...],
+    config: Any = None,
+    device: str = "cpu",
+    seed: int = 0,
+) -> Algorithm:
+    """A fresh learner. `num_outputs`: actions for DQN, action dimensions otherwise.
+
+    `config` defaults to the algorithm's config with its defaults; a config of another
+    algorithm is refused.
+    """
+    _check_name(name)
+    config_cls, learner_cls = _REGISTRY[name]
+    config = config_cls() if config is None else config
+    if type(config) is not config_cls:
+        raise TypeError(f"{name} needs a {config_cls.__name__}, got {type(config).__name__}")
+    if name == "dqn":
+        return learner_cls(MLPSpec(obs_dim, num_outputs, hidden), config, device, seed)
+    return learner_cls(obs_dim, num_outputs, hidden, config, device, seed)

@@ -1,0 +1,244 @@
+"""SAC (Haarnoja et al. 2018) with automatic entropy tuning, twin critics, fp32.
+
+The actor is a Gaussian head: one MLP whose last layer outputs [mean, log_std] (2 x
+act_dim), actions a = tanh(mean + std * eps). What actors receive is the mean half only:
+`policy_weights()` keeps the first act_dim rows of the last layer, and `policy_spec` has a
+tanh output, so the broadcast int8 policy computes the deterministic action tanh(mean).
+The log-std rows never leave the learner; actors explore with Gaussian noise around
+tanh(mean) instead of sampling the learned std (see actorq/exploration.py). With
+per-output-channel scales, slicing rows commutes with quantization, so the broadcast
+mean rows are quantized exactly as they would be inside the full head.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from actorq.algos.base import (
+    ContinuousUpdate,
+    Critic,
+    adam,
+    batch_tensors,
+    bootstrap_discount,
+    check_field,
+    fp32_weights,
+    normalized,
+    soft_update,
+    step,
+    weights_tensor,
+    with_folded_norm,
+)
+from actorq.models.mlp import MLPSpec, QNetwork, linear_layer_names
+from actorq.normalize import RunningMeanStd
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+@dataclass
+class SACConfig:
+    """SAC hyperparameters (ACTORQ_SAC_* on the learner service)."""
+
+    actor_lr: float = 1e-3
+    """Adam learning rate of the actor."""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the twin critics."""
+    alpha_lr: float = 1e-3
+    """Adam learning rate of log(alpha) (automatic entropy tuning)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak step of the target critics after each update."""
+    batch_size: int = 256
+    """Transitions per learner update."""
+    learning_starts: int = 1_000
+    """Transitions the replay must hold before the learner starts updating."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature."""
+    autotune: bool = True
+    """Tune alpha so the policy's entropy tracks target_entropy; False keeps init_alpha."""
+    target_entropy: float | None = None
+    """Entropy target; None = -act_dim (the usual choice)."""
+    max_grad_norm: float = 100.0
+    """Global gradient-norm clip of each optimizer step."""
+    qat_bits: int = 0
+    """Quantization-aware training of the actor at 2..8 bits; 0 = off."""
+    obs_norm: bool = False
+    """Normalise observations with running mean/std, folded into the broadcast policy."""
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha", "max_grad_norm"):
+            check_field(owner, getattr(self, name) > 0, name, "> 0", getattr(self, name))
+        check_field(owner, 0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]", self.gamma)
+        check_field(owner, 0.0 < self.tau <= 1.0, "tau", "in (0, 1]", self.tau)
+        check_field(owner, self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
+        check_field(
+            owner, self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts
+        )
+        check_field(
+            owner,
+            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
+            "qat_bits",
+            "0 (off) or in [2, 8]",
+            self.qat_bits,
+        )
+
+
+def squashed_gaussian_log_prob(
+    pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
+) -> torch.Tensor:
+    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)), summed over action dims.
+
+    Uses log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays finite at |u| >> 1.
+    """
+    var = torch.exp(2 * log_std)
+    gauss = -((pre_tanh - mean) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
+    squash = 2 * (math.log(2) - pre_tanh - F.softplus(-2 * pre_tanh))
+    return (gauss - squash).sum(dim=-1)
+
+
+class SACLearner:
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        config: SACConfig,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.act_dim = act_dim
+        self.device = torch.device(device)
+        self.policy_spec = MLPSpec(obs_dim, act_dim, hidden, output_activation="tanh")
+        head = MLPSpec(obs_dim, 2 * act_dim, hidden)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.actor = QNetwork(head, weight_bits=config.qat_bits or None).to(self.device)
+            self.critics = nn.ModuleList(Critic(obs_dim, act_dim, hidden) for _ in range(2)).to(
+                self.device
+            )
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.log_alpha = torch.tensor(
+            math.log(config.init_alpha), device=self.device, requires_grad=True
+        )
+        self.target_entropy = (
+            -float(act_dim) if config.target_entropy is None else config.target_entropy
+        )
+        self.actor_opt = adam(self.actor, config.actor_lr, self.device)
+        self.critic_opt = adam(self.critics, config.critic_lr, self.device)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
+        self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
+        self._num_updates = 0
+        self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None
+
+    @property
+    def num_updates(self) -> int:
+        return self._num_updates
+
+    @property
+    def alpha(self) -> float:
+        return float(self.log_alpha.exp().item())
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized actions tanh(mean + std * eps) and their log-probabilities."""
+        mean, log_std = self.actor(obs).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        eps = torch.randn(mean.shape, generator=self.rng, device=mean.device)
+        pre_tanh = mean + log_std.exp() * eps
+        return torch.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
+
+    def update(
+        self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
+    ) -> ContinuousUpdate:
+        t = normalized(batch_tensors(batch, self.act_dim, self.device), self.obs_rms)
+        w = weights_tensor(weights, t["obs"].shape[0], self.device)
+        alpha = self.log_alpha.exp().detach()
+        target = self.td_target(t, alpha)
+        qs = [critic(t["obs"], t["action"]) for critic in self.critics]
+        critic_loss = (sum((q - target).pow(2) for q in qs) * w).mean()
+        grad_norm = step(self.critic_opt, critic_loss, self.critics, self.config.max_grad_norm)
+        actor_loss, log_prob = self._actor_step(t["obs"], alpha)
+        if self.config.autotune:
+            alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+        soft_update(self.critics_target, self.critics, self.config.tau)
+        self._num_updates += 1
+        q0 = qs[0].detach()
+        return ContinuousUpdate(
+            loss=float(critic_loss.item()),
+            q_mean=float(q0.mean().item()),
+            td_abs=(target - q0).abs().cpu().numpy(),
+            grad_norm=grad_norm,
+            actor_loss=actor_loss,
+        )
+
+    @torch.no_grad()
+    def td_target(self, t: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """r + gamma^n (1 - done) (min_i Q_target_i(s', a') - alpha log pi(a'|s'))."""
+        next_action, next_log_prob = self.sample(t["next_obs"])
+        next_q = torch.stack([c(t["next_obs"], next_action) for c in self.critics_target])
+        soft_value = next_q.min(dim=0).values - alpha * next_log_prob
+        return t["reward"] + bootstrap_discount(t, self.config.gamma) * soft_value
+
+    def _actor_step(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[float, torch.Tensor]:
+        action, log_prob = self.sample(obs)
+        q = torch.stack([c(obs, action) for c in self.critics]).min(dim=0).values
+        loss = (alpha * log_prob - q).mean()
+        step(self.actor_opt, loss, self.actor, self.config.max_grad_norm)
+        return float(loss.item()), log_prob.detach()
+
+    @torch.no_grad()
+    def actions(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic actions tanh(mean), [B, act_dim]: what the broadcast policy computes."""
+        x = torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+        if self.obs_rms is not None:
+            x = self.obs_rms.normalize(x)
+        mean, _ = self.actor(x).chunk(2, dim=-1)
+        return torch.tanh(mean).cpu().numpy()
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        """fp32 weights of the mean network: the head's last layer cut to its mean rows."""
+        weights = fp32_weights(self.actor)
+        last = linear_layer_names(len(self.policy_spec.widths) - 1)[-1]
+        for suffix in ("weight", "bias"):
+            key = f"{last}.{suffix}"
+            weights[key] = np.ascontiguousarray(weights[key][: self.act_dim])
+        return with_folded_norm(weights, self.obs_rms)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critics": self.critics.state_dict(),
+            "critics_target": self.critics_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "num_updates": self._num_updates,
+            **({"obs_rms": self.obs_rms.state_dict()} if self.obs_rms is not None else {}),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.obs_rms is not None and "obs_rms" in state:
+            self.obs_rms.load_state_dict(state["obs_rms"])
+        self.actor.load_state_dict(state["actor"])
+        self.critics.load_state_dict(state["critics"])
+        self.critics_target.load_state_dict(state["critics_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self._num_updates = int(state["num_updates"])

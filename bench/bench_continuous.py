@@ -1,0 +1,77 @@
+"""fp32 vs int8 (or any) actors at equal env steps for a continuous-control algorithm,
+through the real services: `actorq run` per (precision, seed), interleaved, no early stop.
+Each final checkpoint is then evaluated greedily in fp32 on the same seeded episodes
+(actorq.ptq), so only the actors' precision during training differs.
+
+    .venv/bin/python bench/bench_continuous.py --algo td3 --env Pendulum-v1 \\
+        --seeds 0,1,2 --precisions fp32,int8 --env-steps 15000 [-- extra actorq run flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from actorq.ptq import load_policy, run_study
+
+
+def _run(args: argparse.Namespace, precision: str, seed: int, out: Path, extra: list[str]):
+    run_dir = out / f"{args.algo}-{precision}-seed{seed}"
+    cmd = [
+        *(sys.executable, "-m", "actorq", "run", "--env", args.env, "--algo", args.algo),
+        *("--precision", precision, "--seed", str(seed), "--run-dir", str(run_dir)),
+        *("--max-env-steps", str(args.env_steps), "--target-return", "none"),
+        *("--max-seconds", str(args.max_seconds), *extra),
+    ]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final = run_study(load_policy(run_dir), (32,), episodes=args.episodes)[0]
+    return summary, final.mean
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algo", default="td3")
+    parser.add_argument("--env", default="Pendulum-v1")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--precisions", default="fp32,int8")
+    parser.add_argument("--env-steps", type=int, default=15000)
+    parser.add_argument("--episodes", type=int, default=50, help="final greedy evaluation")
+    parser.add_argument("--max-seconds", type=float, default=600.0, help="safety net per run")
+    parser.add_argument("--out", default="", help="keep run folders here (default: temp dir)")
+    args, extra = parser.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    precisions = args.precisions.split(",")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="actorq-cont-"))
+    print(
+        f"{'precision':>9} {'seed':>4} | {'env steps':>9} | {'updates':>7} | {'wall s':>6} | "
+        f"{'eval last 100':>13} | {'final fp32 eval':>15}"
+    )
+    finals: dict[str, list[float]] = {p: [] for p in precisions}
+    for seed in seeds:
+        for precision in precisions:
+            s, final = _run(args, precision, seed, out, extra)
+            finals[precision].append(final)
+            print(
+                f"{precision:>9} {seed:>4} | {s['env_steps']:>9,} | {s['learner_updates']:>7,} | "
+                f"{s['wall_seconds']:>6.1f} | {s['final_mean_return'] or 0:>13.1f} | "
+                f"{final:>15.1f}",
+                flush=True,
+            )
+    print(f"\nmean final return over {len(seeds)} seeds ({args.episodes} episodes each):")
+    reference = statistics.mean(finals[precisions[0]])
+    for precision in precisions:
+        mean = statistics.mean(finals[precision])
+        gap = 100 * (mean - reference) / abs(reference) if reference else 0.0
+        print(f"{precision:>9}: {mean:8.1f}  ({gap:+.1f}% vs {precisions[0]}, + = better)")
+    print(f"run folders: {out}")
+
+
+if __name__ == "__main__":
+    main()
