@@ -73,7 +73,7 @@ def test_scaled_actor_knows_the_new_pool_size() -> None:
     [
         ({"name": "bad name"}, "cluster name"),
         ({"actors": -1}, "--actors"),
-        ({"precision": "int4"}, "--precision"),
+        ({"precision": "int3"}, "--precision"),
         ({"extra_env": {"PATH": "/x"}}, "ACTORQ_"),
     ],
 )
