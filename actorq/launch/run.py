@@ -219,6 +219,7 @@ def run(settings: RunSettings) -> int:
     # Unknown env or wrong action kind for the algorithm: clear error before anything starts.
     spec = policy_spec(settings.env, settings.algo, settings.hidden)
     load_algorithm_config(settings.algo)  # bad ACTORQ_<ALGO>_* values: same
+    password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
         check_redis(settings.redis_url, timeout=3.0, password=password)
@@ -234,7 +235,9 @@ def run(settings: RunSettings) -> int:
             embedded = EmbeddedRedis(data_dir=run_dir / "redis", appendonly=True)
             embedded.start()
             redis_url = embedded.url
-        return _run_cluster(settings, spec, run_dir, redis_url, prefix, stop, started, embedded)
+        return _run_cluster(
+            settings, spec, run_dir, redis_url, password, prefix, stop, started, embedded
+        )
     finally:
         if embedded is not None:
             embedded.stop()
@@ -274,6 +277,7 @@ def _run_cluster(
     spec: MLPSpec,
     run_dir: Path,
     redis_url: str,
+    password: str | None,
     prefix: str,
     stop: _StopFlag,
     started: float,
@@ -289,7 +293,6 @@ def _run_cluster(
     code = EXIT_OK
     try:
         _start(cluster, view)
-        password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
         client = redis.Redis.from_url(redis_url, password=password)
         monitor = RunMonitor(
             client,
@@ -390,17 +393,12 @@ def _write_services(
     if supervisor.redis is not None:
         pids["redis"] = supervisor.redis.pid
     if pids != before:
-        restarts = supervisor.restarts
         services = {
-            name: {"pid": pid, "restarts": restarts.get(_unit_of(name), 0)}
+            name: {"pid": pid, "restarts": supervisor.restarts_of(name)}
             for name, pid in pids.items()
         }
         write_json(run_dir / "services.json", services)
     return pids
-
-
-def _unit_of(name: str) -> str:
-    return "learner" if name.startswith("learner") else name
 
 
 def _solved(settings: RunSettings, monitor: RunMonitor) -> bool:

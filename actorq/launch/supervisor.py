@@ -42,12 +42,6 @@ class RestartPolicy:
 
 
 @dataclass
-class _Pending:
-    due: float
-    reason: str
-
-
-@dataclass
 class Supervisor:
     """Watches `units`: each a list of processes that live and restart together."""
 
@@ -57,7 +51,7 @@ class Supervisor:
     redis: EmbeddedRedis | None = None
     on_event: Callable[[str], None] = log.warning
     restarts: Counter[str] = field(default_factory=Counter)
-    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _due: dict[str, float] = field(default_factory=dict)  # unit -> when to restart it
     _done: set[str] = field(default_factory=set)
 
     def check(self) -> str | None:
@@ -67,12 +61,12 @@ class Supervisor:
         if failure is not None:
             return failure
         for name, procs in self.units.items():
-            if name in self._done or name in self._pending:
+            if name in self._done or name in self._due:
                 continue
             failure = self._check_unit(name, procs, now)
             if failure is not None:
                 return failure
-        for name in [n for n, p in self._pending.items() if p.due <= now]:
+        for name in [n for n, due in self._due.items() if due <= now]:
             self._restart(name)
         return None
 
@@ -96,11 +90,11 @@ class Supervisor:
         self.on_event(f"{proc.name} exited with code {code}; restarting in {delay:.0f}s")
         if len(procs) > 1:  # a learner group: the survivors would wait in a collective
             stop_in_order([[p for p in procs if p.exit_code() is None]], timeout=5.0)
-        self._pending[name] = _Pending(due=now + delay, reason=f"exit code {code}")
+        self._due[name] = now + delay
         return None
 
     def _restart(self, name: str) -> None:
-        del self._pending[name]
+        del self._due[name]
         self.restarts[name] += 1
         for proc in self.units[name]:
             proc.start()
@@ -124,6 +118,9 @@ class Supervisor:
         """Whether every unit in `names` exited as finished (e.g. actors past their budget)."""
         return all(name in self._done for name in names)
 
-    @property
-    def total_restarts(self) -> int:
-        return sum(self.restarts.values())
+    def restarts_of(self, process_name: str) -> int:
+        """Restarts of the unit a process belongs to (a learner rank counts its group's)."""
+        for unit, procs in self.units.items():
+            if any(p.name == process_name for p in procs):
+                return self.restarts[unit]
+        return self.restarts[process_name]  # e.g. "redis", supervised outside the units

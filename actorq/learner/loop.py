@@ -246,10 +246,7 @@ class Learner:
         batch = self.storage.get(sample.indices)
         self.counters.sample_seconds += time.perf_counter() - started
         result = self.dqn.update(batch, sample.weights)
-        if isinstance(self.sampler, PrioritizedSampler):
-            self.sampler.update_priorities(
-                sample.indices, result.td_abs, generations=sample.generations
-            )
+        self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
         self.counters.updates += 1
         self.counters.sampled += self.cfg.batch_size
         self.counters.last_loss = result.loss

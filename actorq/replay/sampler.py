@@ -36,7 +36,7 @@ class Sampler(Protocol):
         result = sampler.sample(storage, batch_size, rng)
         rows = storage.get(result.indices)
         td_errors = learner.step(rows, result.weights)
-        sampler.update_priorities(result.indices, abs(td_errors))
+        sampler.update_priorities(result.indices, abs(td_errors), result.generations)
 
     and the ingest path calls `on_insert(storage.add(batch))` for every new batch.
     """
@@ -45,7 +45,12 @@ class Sampler(Protocol):
         self, storage: ReplayStorage, batch_size: int, rng: np.random.Generator
     ) -> SampleResult: ...
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None: ...
+    def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray | None = None,
+    ) -> None: ...
 
     def on_insert(self, indices: np.ndarray) -> None: ...
 
@@ -64,7 +69,12 @@ class UniformSampler:
         indices = rng.integers(0, size, size=batch_size, dtype=np.int64)
         return SampleResult(indices=indices, weights=np.ones(batch_size, np.float32))
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+    def update_priorities(
+        self,
+        indices: np.ndarray,
+        priorities: np.ndarray,
+        generations: np.ndarray | None = None,
+    ) -> None:
         """Uniform sampling ignores priorities."""
 
     def on_insert(self, indices: np.ndarray) -> None:
