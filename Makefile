@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -56,6 +56,9 @@ BENCH_SUMTREE_LIBS := cpprb==11.0.0 torchrl==0.13.3
 bench-sumtree: $(STAMP)  ## K-ary sum tree vs K=2, cpprb, TorchRL (BENCHMARKS.md "K-ary sum tree"; ARGS=--quick)
 	$(PY) -m pip install --quiet $(BENCH_SUMTREE_LIBS)
 	$(PY) bench/bench_sumtree.py $(ARGS)
+
+bench-input-norm: $(STAMP)  ## int8/int4 action error, obs normalisation carried vs folded (BENCHMARKS.md 10d; ARGS=--runs DIR,DIR)
+	$(PY) bench/bench_input_norm.py $(ARGS)
 
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick

@@ -12,11 +12,21 @@ Rendering is not supported, so no OpenGL backend (MUJOCO_GL) is needed.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+
+def _suite() -> Any:
+    """dm_control.suite, imported with rendering off: without this dm_control probes for
+    an OpenGL backend and glfw warns about a missing DISPLAY in every actor's log."""
+    os.environ.setdefault("MUJOCO_GL", "disable")
+    from dm_control import suite
+
+    return suite
 
 
 class DMCEnv(gym.Env):
@@ -25,8 +35,7 @@ class DMCEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, domain: str, task: str) -> None:
-        from dm_control import suite
-
+        suite = _suite()
         self.domain, self.task = domain, task
         self._env = suite.load(domain, task, task_kwargs={"random": 0})
         spec = self._env.action_spec()
@@ -68,7 +77,7 @@ class DMCEnv(gym.Env):
 def make_dmc_env(name: str, error: type[Exception]) -> gym.Env:
     """`name` is `<domain>-<task>`; raise `error` naming it when the suite has no such task."""
     try:
-        from dm_control import suite
+        suite = _suite()
     except ImportError as exc:
         raise error(f"dmc:{name} needs dm-control (pip install dm-control): {exc}") from exc
     domain, sep, task = name.partition("-")

@@ -17,6 +17,7 @@ are (s, a, r, s') of the same episode.
 from __future__ import annotations
 
 import difflib
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RescaleAction
+
+log = logging.getLogger(__name__)
 
 
 class EnvError(ValueError):
@@ -140,11 +143,31 @@ def make_env(env_id: str) -> gym.Env:
         return make_dmc_env(env_id[len(DMC_PREFIX) :], EnvError)
     if env_id not in gym.registry:
         raise EnvError(_unknown_id_message(env_id))
+    if "mujoco" in str(gym.registry[env_id].entry_point):
+        _log_mujoco_warnings_once()
     try:
         env = gym.make(env_id)
     except (gym.error.Error, ImportError) as exc:  # missing optional dependency, bad kwargs
         raise EnvError(f"cannot build {env_id!r}: {exc}") from exc
     return _unit_box_actions(env)
+
+
+_MUJOCO_WARNED: set[str] = set()
+
+
+def _log_mujoco_warnings_once() -> None:
+    """Route MuJoCo's C warnings to the log, each text once per process: gymnasium's
+    half_cheetah.xml uses an attribute MuJoCo 3.17 deprecates, and MuJoCo would print that
+    warning to stdout for every env an actor builds. Installed on every call on purpose:
+    importing dm_control installs its own handler over ours."""
+    import mujoco
+
+    def warn(text: str) -> None:
+        if text not in _MUJOCO_WARNED:
+            _MUJOCO_WARNED.add(text)
+            log.warning("mujoco: %s", text)
+
+    mujoco.set_mju_user_warning(warn)
 
 
 def _unit_box_actions(env: gym.Env) -> gym.Env:

@@ -2,12 +2,11 @@
 DeepMind Control: observations on very different scales).
 
 The learner keeps the statistics and normalises sampled observations; replay stores raw
-observations. Actors need no statistics: `fold_into_first_layer` rewrites the first
-Linear layer of the broadcast policy so that it takes raw observations,
-
-    W (x - mean) / std + b  =  (W / std) x + (b - W (mean / std)),
-
-and the blob (and its int8/int4 quantization) is just another MLP.
+observations. The broadcast policy carries the statistics as two fp32 vectors
+(`input_norm_tensors`: shift = mean, scale = 1 / std; see MLPSpec.input_norm) and actors
+normalise before the first layer. They are not folded into layer 0's weights: that
+would make the weights and the int8 activations carry the observations' mixed scales
+(HalfCheetah: 13x the int8 action error; bench/bench_input_norm.py, BENCHMARKS.md 10d).
 """
 
 from __future__ import annotations
@@ -16,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT
 
 MIN_STD = 1e-4
 
@@ -63,14 +64,10 @@ class RunningMeanStd:
         self.count = float(state["count"])
 
 
-def fold_into_first_layer(
-    weights: dict[str, np.ndarray], first: str, rms: RunningMeanStd
-) -> dict[str, np.ndarray]:
-    """Copy of `weights` whose layer `first` (a state-dict prefix) expects raw observations."""
-    w = weights[f"{first}.weight"].astype(np.float64)
-    b = weights[f"{first}.bias"].astype(np.float64)
-    std = rms.std
-    out = dict(weights)
-    out[f"{first}.weight"] = np.ascontiguousarray((w / std[None, :]).astype(np.float32))
-    out[f"{first}.bias"] = (b - w @ (rms.mean / std)).astype(np.float32)
-    return out
+def input_norm_tensors(rms: RunningMeanStd) -> dict[str, np.ndarray]:
+    """The policy's `input_norm.shift` / `input_norm.scale` (float32) for these statistics:
+    actors compute (obs - shift) * scale, the learner's (obs - mean) / std up to rounding."""
+    return {
+        INPUT_SHIFT: rms.mean.astype(np.float32),
+        INPUT_SCALE: (1.0 / rms.std).astype(np.float32),
+    }

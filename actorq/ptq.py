@@ -10,13 +10,16 @@ width on the same N seeded episodes:
 - other widths (2, 3, 5, 6, 7): simulated: weights through the same symmetric
   per-output-channel quantizer (actorq.quant.lowbit), dequantized, run in fp32.
 
-It writes ptq.csv, ptq.md (mean and std of the return, relative drop vs fp32) and
-ptq.png next to the checkpoint (or into --out).
+It writes ptq.csv, ptq.md (mean and std of the return, relative drop vs fp32 with a 95%
+confidence interval) and ptq.png next to the checkpoint (or into --out). Every width plays
+the same seeded episodes, so the drop is a paired difference: its interval comes from the
+per-episode differences, which is much tighter than comparing two independent means.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +29,7 @@ import numpy as np
 import torch
 
 from actorq.actor.stepper import VectorStepper
-from actorq.algos.factory import make_algorithm, policy_spec
+from actorq.algos.factory import config_from_dict, make_algorithm, policy_spec
 from actorq.envs import make_vector_env
 from actorq.learner.checkpoint import CHECKPOINT_FILE, META_FILE
 from actorq.models.mlp import MLPSpec
@@ -57,6 +60,7 @@ class PTQRow:
     mean: float
     std: float
     relative_drop: float  # (fp32 mean - mean) / |fp32 mean|; positive = worse
+    drop_ci95: float  # half-width of the 95% interval of relative_drop (paired episodes)
 
 
 def parse_bits(text: str) -> tuple[int, ...]:
@@ -94,14 +98,27 @@ def load_policy(path: str | Path, env_id: str | None = None) -> LoadedPolicy:
     hidden = tuple(meta.get("hidden", ()))
     if not hidden:
         raise PTQError(f"{meta_path} does not give the hidden widths of the network")
-    spec = policy_spec(env_id, algo, hidden)
     state = torch.load(file, map_location="cpu", weights_only=True)
-    learner = make_algorithm(algo, spec.obs_dim, spec.num_outputs, hidden)
+    config = _algo_config(algo, meta, state)
+    spec = policy_spec(env_id, algo, hidden, config)
+    learner = make_algorithm(algo, spec.obs_dim, spec.num_outputs, hidden, config)
     try:
         learner.load_state_dict(state["dqn"])
     except (KeyError, RuntimeError) as exc:
         raise PTQError(f"{file} does not hold a {algo} learner for {env_id}: {exc}") from exc
     return LoadedPolicy(algo, env_id, learner.policy_spec, learner.policy_weights(), file)
+
+
+def _algo_config(algo: str, meta: dict[str, Any], state: dict[str, Any]) -> Any:
+    """The config the learner was trained with: recorded in the checkpoint's meta; older
+    checkpoints only tell obs_norm, by holding normalisation statistics."""
+    try:
+        config = config_from_dict(algo, meta.get("algo_config", {}))
+    except (TypeError, ValueError) as exc:
+        raise PTQError(f"checkpoint records an unusable {algo} config: {exc}") from exc
+    if "algo_config" not in meta and "obs_rms" in state.get("dqn", {}):
+        config = dataclasses.replace(config, obs_norm=True)
+    return config
 
 
 def policy_at_bits(policy: LoadedPolicy, bits: int) -> tuple[torch.nn.Module, str]:
@@ -149,6 +166,20 @@ def _evaluate_chunk(
         env.close()
 
 
+def paired_drop(reference: np.ndarray, returns: np.ndarray) -> tuple[float, float]:
+    """Relative drop of `returns` vs `reference` (same episodes, same order) and the
+    half-width of its 95% confidence interval, both as fractions of |reference mean|.
+
+    Normal approximation on the per-episode differences; 0 half-width with one episode.
+    """
+    if reference.shape != returns.shape:
+        raise ValueError(f"paired returns differ in shape: {reference.shape} vs {returns.shape}")
+    scale = abs(float(reference.mean())) or 1.0
+    diff = reference - returns
+    half = 1.96 * float(diff.std(ddof=1)) / np.sqrt(diff.size) if diff.size > 1 else 0.0
+    return float(diff.mean()) / scale, float(half) / scale
+
+
 def run_study(
     policy: LoadedPolicy, bits: tuple[int, ...], episodes: int, seed: int = 12345
 ) -> list[PTQRow]:
@@ -157,16 +188,9 @@ def run_study(
     for b in sorted(set(bits) | {32}, reverse=True):
         module, path = policy_at_bits(policy, b)
         results[b] = (path, evaluate(module, policy.env_id, episodes, seed, continuous))
-    reference = float(results[32][1].mean())
-    scale = abs(reference) if reference != 0 else 1.0
+    reference = results[32][1]
     return [
-        PTQRow(
-            bits=b,
-            path=path,
-            mean=float(r.mean()),
-            std=float(r.std()),
-            relative_drop=(reference - float(r.mean())) / scale,
-        )
+        PTQRow(b, path, float(r.mean()), float(r.std()), *paired_drop(reference, r))
         for b, (path, r) in sorted(results.items(), reverse=True)
         if b in bits or b == 32
     ]
@@ -175,13 +199,15 @@ def run_study(
 def markdown_table(policy: LoadedPolicy, rows: list[PTQRow], episodes: int) -> str:
     lines = [
         f"PTQ of {policy.algo.upper()} on {policy.env_id} ({policy.checkpoint}), "
-        f"{episodes} episodes per width, same seeds",
+        f"{episodes} episodes per width, same seeds; drop vs fp32 with its paired 95% "
+        "interval (positive = worse)",
         "",
         "| bits | path | mean return | std | drop vs fp32 |",
         "|---:|---|---:|---:|---:|",
     ]
     lines += [
-        f"| {r.bits} | {r.path} | {r.mean:.1f} | {r.std:.1f} | {100 * r.relative_drop:+.2f}% |"
+        f"| {r.bits} | {r.path} | {r.mean:.1f} | {r.std:.1f} | "
+        f"{100 * r.relative_drop:+.2f}% ± {100 * r.drop_ci95:.2f}% |"
         for r in rows
     ]
     return "\n".join(lines) + "\n"
@@ -194,10 +220,13 @@ def write_outputs(
     paths = {"csv": out_dir / "ptq.csv", "md": out_dir / "ptq.md", "png": out_dir / "ptq.png"}
     with paths["csv"].open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["bits", "path", "mean_return", "std_return", "relative_drop"])
+        writer.writerow(["bits", "path", "mean_return", "std_return", "relative_drop", "drop_ci95"])
         for r in rows:
             writer.writerow(
-                [r.bits, r.path, f"{r.mean:.4f}", f"{r.std:.4f}", f"{r.relative_drop:.6f}"]
+                [
+                    *(r.bits, r.path, f"{r.mean:.4f}", f"{r.std:.4f}"),
+                    *(f"{r.relative_drop:.6f}", f"{r.drop_ci95:.6f}"),
+                ]
             )
     paths["md"].write_text(markdown_table(policy, rows, episodes))
     _plot(paths["png"], policy, rows)

@@ -28,7 +28,10 @@ def _run(args: argparse.Namespace, precision: str, seed: int, out: Path, extra: 
         *("--max-env-steps", str(args.env_steps), "--target-return", "none"),
         *("--max-seconds", str(args.max_seconds), *extra),
     ]
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if not (run_dir / "summary.json").exists():  # a service failed to start: no results
+        print(f"{precision:>9} {seed:>4} | run failed (exit {proc.returncode}): {run_dir}/logs")
+        return None
     summary = json.loads((run_dir / "summary.json").read_text())
     final = run_study(load_policy(run_dir), (32,), episodes=args.episodes)[0]
     return summary, final.mean
@@ -56,7 +59,10 @@ def main() -> None:
     finals: dict[str, list[float]] = {p: [] for p in precisions}
     for seed in seeds:
         for precision in precisions:
-            s, final = _run(args, precision, seed, out, extra)
+            result = _run(args, precision, seed, out, extra)
+            if result is None:
+                continue
+            s, final = result
             finals[precision].append(final)
             print(
                 f"{precision:>9} {seed:>4} | {s['env_steps']:>9,} | {s['learner_updates']:>7,} | "
@@ -64,9 +70,12 @@ def main() -> None:
                 f"{final:>15.1f}",
                 flush=True,
             )
-    print(f"\nmean final return over {len(seeds)} seeds ({args.episodes} episodes each):")
-    reference = statistics.mean(finals[precisions[0]])
+    print(f"\nmean final return over the seeds that ran ({args.episodes} episodes each):")
+    reference = statistics.mean(finals[precisions[0]] or [0.0])
     for precision in precisions:
+        if not finals[precision]:
+            print(f"{precision:>9}: no run finished")
+            continue
         mean = statistics.mean(finals[precision])
         gap = 100 * (mean - reference) / abs(reference) if reference else 0.0
         print(f"{precision:>9}: {mean:8.1f}  ({gap:+.1f}% vs {precisions[0]}, + = better)")

@@ -159,14 +159,13 @@ def normalized(t: dict[str, torch.Tensor], rms: Any) -> dict[str, torch.Tensor]:
     return {**t, "obs": rms.normalize(t["obs"]), "next_obs": rms.normalize(t["next_obs"])}
 
 
-def with_folded_norm(weights: dict[str, np.ndarray], rms: Any) -> dict[str, np.ndarray]:
-    """Policy weights that take raw observations (normalisation folded into layer 0)."""
+def with_input_norm(weights: dict[str, np.ndarray], rms: Any) -> dict[str, np.ndarray]:
+    """Policy weights plus the input normalisation tensors (unchanged when `rms` is None)."""
     if rms is None:
         return weights
-    from actorq.models.mlp import linear_layer_names
-    from actorq.normalize import fold_into_first_layer
+    from actorq.normalize import input_norm_tensors
 
-    return fold_into_first_layer(weights, linear_layer_names(1)[0], rms)
+    return {**input_norm_tensors(rms), **weights}
 
 
 class Critic(nn.Module):

@@ -30,7 +30,7 @@ from actorq.algos.base import (
     soft_update,
     step,
     weights_tensor,
-    with_folded_norm,
+    with_input_norm,
 )
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.normalize import RunningMeanStd
@@ -59,7 +59,7 @@ class DDPGConfig:
     at that width (straight-through estimator); 0 = off."""
     obs_norm: bool = False
     """Normalise observations with running mean/std (useful on MuJoCo and DM Control);
-    the broadcast policy gets the normalisation folded into its first layer."""
+    the broadcast policy carries the statistics (MLPSpec.input_norm) and actors apply them."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -98,7 +98,9 @@ class DDPGLearner:
         self.config = config
         self.act_dim = act_dim
         self.device = torch.device(device)
-        self.policy_spec = MLPSpec(obs_dim, act_dim, hidden, output_activation="tanh")
+        self.policy_spec = MLPSpec(
+            obs_dim, act_dim, hidden, output_activation="tanh", input_norm=config.obs_norm
+        )
         bits = config.qat_bits or None
         # A private RNG fork: building a learner never disturbs the caller's torch RNG.
         with torch.random.fork_rng(devices=[]):
@@ -192,8 +194,8 @@ class DDPGLearner:
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         """fp32 weights of the actor network only (matching `policy_spec`); with obs_norm,
-        the normalisation is folded into the first layer so actors feed raw observations."""
-        return with_folded_norm(fp32_weights(self.actor), self.obs_rms)
+        plus the input normalisation tensors, so actors feed raw observations."""
+        return with_input_norm(fp32_weights(self.actor), self.obs_rms)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,8 +50,18 @@ def load_algorithm_config(name: str, environ: Mapping[str, str] | None = None, *
     return load_settings(_REGISTRY[name][0], environ, prefix=config_prefix(name), **overrides)
 
 
-def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...]) -> MLPSpec:
-    """The network actors run for `algo` on `env_id`: a Q-network (DQN) or a tanh actor.
+def config_from_dict(name: str, values: Mapping[str, Any]) -> Any:
+    """The algorithm's config from a checkpoint's recorded fields; fields this version
+    does not know are ignored, missing ones take their defaults."""
+    _check_name(name)
+    config_cls = _REGISTRY[name][0]
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    return config_cls(**{k: v for k, v in values.items() if k in known})
+
+
+def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...], config: Any = None) -> MLPSpec:
+    """The network actors run for `algo` on `env_id`: a Q-network (DQN) or a tanh actor,
+    with input normalisation when `config` (the algorithm's config) has obs_norm set.
 
     Raises EnvError when the env is unknown or its action space does not fit the algorithm.
     """
@@ -58,7 +69,8 @@ def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...]) -> MLPSpec:
 
     info = describe_env(env_id, continuous=is_continuous(algo))
     if info.continuous:
-        return MLPSpec(info.obs_dim, info.act_dim, hidden, output_activation="tanh")
+        norm = bool(getattr(config, "obs_norm", False))
+        return MLPSpec(info.obs_dim, info.act_dim, hidden, "relu", "tanh", input_norm=norm)
     return MLPSpec(info.obs_dim, info.num_actions, hidden)
 
 

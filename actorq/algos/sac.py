@@ -35,7 +35,7 @@ from actorq.algos.base import (
     soft_update,
     step,
     weights_tensor,
-    with_folded_norm,
+    with_input_norm,
 )
 from actorq.models.mlp import MLPSpec, QNetwork, linear_layer_names
 from actorq.normalize import RunningMeanStd
@@ -72,7 +72,7 @@ class SACConfig:
     qat_bits: int = 0
     """Quantization-aware training of the actor at 2..8 bits; 0 = off."""
     obs_norm: bool = False
-    """Normalise observations with running mean/std, folded into the broadcast policy."""
+    """Normalise observations with running mean/std, carried by the broadcast policy."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -119,7 +119,9 @@ class SACLearner:
         self.config = config
         self.act_dim = act_dim
         self.device = torch.device(device)
-        self.policy_spec = MLPSpec(obs_dim, act_dim, hidden, output_activation="tanh")
+        self.policy_spec = MLPSpec(
+            obs_dim, act_dim, hidden, output_activation="tanh", input_norm=config.obs_norm
+        )
         head = MLPSpec(obs_dim, 2 * act_dim, hidden)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -215,7 +217,7 @@ class SACLearner:
         for suffix in ("weight", "bias"):
             key = f"{last}.{suffix}"
             weights[key] = np.ascontiguousarray(weights[key][: self.act_dim])
-        return with_folded_norm(weights, self.obs_rms)
+        return with_input_norm(weights, self.obs_rms)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,30 @@ class _Cluster:
         return [self.quantizer, *self.learners, *self.actors, self.evaluator]
 
 
+class PortPicker:
+    """Distinct free ports for the services of this process's runs.
+
+    `find_free_port` alone can hand out a port it handed out before (the kernel reuses a
+    released ephemeral port), and since services bind only when they start, two of them
+    then collide (seen: an actor's and the evaluator's metrics port).
+    """
+
+    def __init__(self, find: Callable[[], int] = find_free_port) -> None:
+        self._find = find
+        self._given: set[int] = set()
+
+    def take(self) -> int:
+        for _ in range(100):
+            port = self._find()
+            if port not in self._given:
+                self._given.add(port)
+                return port
+        raise RuntimeError("no free port that this process has not handed out already")
+
+
+_PORTS = PortPicker()
+
+
 def _common_env(redis_url: str, prefix: str, port: int, run_dir: Path) -> dict[str, str]:
     return {
         "ACTORQ_RUN_DIR": str(run_dir),  # not a setting: lets operators find a run's processes
@@ -80,14 +104,14 @@ def _common_env(redis_url: str, prefix: str, port: int, run_dir: Path) -> dict[s
         "ACTORQ_REDIS_PREFIX": prefix,
         "ACTORQ_BIND_HOST": "127.0.0.1",
         "ACTORQ_GRPC_PORT": str(port),
-        "ACTORQ_METRICS_PORT": str(find_free_port()),
+        "ACTORQ_METRICS_PORT": str(_PORTS.take()),
         "PYTHONUNBUFFERED": "1",
     }
 
 
 def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> _Cluster:
     logs = run_dir / "logs"
-    q_port = find_free_port()
+    q_port = _PORTS.take()
     quantizer = ServiceProcess(
         "quantizer",
         "services.quantizer",
@@ -96,7 +120,7 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
         q_port,
     )
     qaddr = quantizer.address
-    dist_addr = f"127.0.0.1:{find_free_port()}"
+    dist_addr = f"127.0.0.1:{_PORTS.take()}"
     learners = [
         _learner(settings, run_dir, redis_url, prefix, qaddr, rank, dist_addr)
         for rank in range(settings.learners)
@@ -119,7 +143,7 @@ def _learner(
     rank: int,
     dist_addr: str,
 ) -> ServiceProcess:
-    port = find_free_port()
+    port = _PORTS.take()
     name = "learner" if rank == 0 else f"learner-{rank}"
     env = {
         **_common_env(redis_url, prefix, port, run_dir),
@@ -151,7 +175,7 @@ def _actor(
     budget: int,
     evaluator: bool = False,
 ) -> ServiceProcess:
-    port = find_free_port()
+    port = _PORTS.take()
     name = "evaluator" if evaluator else f"actor-{index}"
     env = {
         **_common_env(redis_url, prefix, port, run_dir),
@@ -217,8 +241,8 @@ def run(settings: RunSettings) -> int:
     """Run training to the target or budget; returns the process exit code."""
     started = time.perf_counter()  # wall_seconds counts from here, start-up included
     # Unknown env or wrong action kind for the algorithm: clear error before anything starts.
-    spec = policy_spec(settings.env, settings.algo, settings.hidden)
-    load_algorithm_config(settings.algo)  # bad ACTORQ_<ALGO>_* values: same
+    config = load_algorithm_config(settings.algo)  # bad ACTORQ_<ALGO>_* values: same
+    spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))

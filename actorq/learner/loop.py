@@ -8,6 +8,7 @@ rate limiter only holds it back when the replay ratio would exceed samples-per-i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -95,6 +96,10 @@ class Learner:
             device=settings.device,
             seed=settings.seed,
         )
+        if self.dqn.policy_spec != spec:  # what is published must be what the algorithm fills
+            raise ConfigError(
+                f"{settings.algo} fills policy {self.dqn.policy_spec}, publisher declares {spec}"
+            )
         act_dim = spec.num_outputs if is_continuous(settings.algo) else 0
         self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim, act_dim)
         self.sampler = make_sampler(settings)
@@ -299,6 +304,8 @@ class Learner:
             "algo": self.s.algo,
             "hidden": list(self.spec.hidden),
             "precision": self.s.precision,
+            # `actorq ptq` rebuilds the learner with these (obs_norm, D4PG atoms, ...).
+            "algo_config": dataclasses.asdict(self.cfg),
         }
         path = self.checkpointer.save(state, meta)
         self.counters.checkpoints += 1

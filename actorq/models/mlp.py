@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 OUTPUT_ACTIVATIONS = ("none", "tanh")
+INPUT_SHIFT = "input_norm.shift"
+INPUT_SCALE = "input_norm.scale"
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,14 @@ class MLPSpec:
 
     `output_activation` is "none" for Q-networks and critics, "tanh" for deterministic
     actors whose outputs are actions in [-1, 1].
+
+    `input_norm`: the network expects normalised observations; the policy then carries two
+    fp32 vectors, `input_norm.shift` and `input_norm.scale` [obs_dim], and its first layer
+    takes (obs - shift) * scale. Kept apart from the weights (never folded into layer 0)
+    so that quantization sees well-scaled weights and activations: folding 1/std into
+    the weights lets a few tiny-std features dominate each row's int8 scale, and raw
+    observations on mixed scales lose their small features to the per-tensor int8
+    activation scale.
     """
 
     obs_dim: int
@@ -29,6 +39,7 @@ class MLPSpec:
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "relu"
     output_activation: str = "none"
+    input_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.obs_dim < 1 or self.num_outputs < 1:
@@ -54,6 +65,9 @@ class MLPSpec:
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
         """Expected parameter shapes, keyed by state-dict name, in layer order."""
         shapes: dict[str, tuple[int, ...]] = {}
+        if self.input_norm:
+            shapes[INPUT_SHIFT] = (self.obs_dim,)
+            shapes[INPUT_SCALE] = (self.obs_dim,)
         for name, (fan_in, fan_out) in zip(
             linear_layer_names(len(self.widths) - 1),
             zip(self.widths, self.widths[1:], strict=False),

@@ -67,6 +67,7 @@ def spec_to_proto(spec: MLPSpec) -> policy_pb2.ModelSpec:
         activation=spec.activation,
         # "" for identity keeps Q-network blobs byte-identical to those of older writers.
         output_activation="" if spec.output_activation == "none" else spec.output_activation,
+        input_norm=spec.input_norm,
     )
 
 
@@ -81,6 +82,7 @@ def spec_from_proto(proto: policy_pb2.ModelSpec) -> MLPSpec:
             hidden=tuple(proto.hidden),
             activation=proto.activation,
             output_activation=proto.output_activation or "none",
+            input_norm=proto.input_norm,
         )
     except ValueError as err:
         raise BlobError(f"invalid model spec in blob: {err}") from err

@@ -1,14 +1,23 @@
 """Inference modules rebuilt from a decoded policy blob, at the blob's own precision.
 
-- INT8: every Linear is an `Int8Linear` made from the blob's int8 codes and scales; no
-  fp32 weight matrix ever exists on the actor.
+- INT8: every Linear after the first is an `Int8Linear` made from the blob's int8 codes
+  and scales. The first layer is an fp32 Linear over its *dequantized* int8 codes (the
+  weights are still int8 on the wire): the int8 kernels quantize their input per tensor
+  to 7 bits, and doing that to the observation itself was the largest error of the int8
+  path (a trained cartpole-swingup policy: mean action error 0.112 -> 0.059, PTQ drop
+  2.7% -> 0.6%; BENCHMARKS.md 10d). The layer is obs_dim x hidden[0], small next to the
+  hidden layers.
 - INT4: the 4-bit codes (in [-7, 7], so valid int8 codes) and their scales go into the
-  same `Int8Linear` kernels: results equal the int4 weights exactly up to the int8
-  activation rounding, and no fp32 weight matrix exists. Packing two per byte saves
-  broadcast bytes only; there is no 4-bit kernel on this CPU.
+  same `Int8Linear` kernels (first layer: fp32 over dequantized codes, as for INT8):
+  results equal the int4 weights exactly up to the int8 activation rounding. Packing two
+  per byte saves broadcast bytes only; there is no 4-bit kernel on this CPU.
 - FP16: weights are widened to fp32 `nn.Linear`. fp16 halves the broadcast, but CPU
   inference runs in fp32 (fbgemm's fp16 Linear measured no faster on this CPU).
 - FP32: plain `nn.Linear`, numerically the learner's QNetwork.
+
+A spec with `input_norm` puts an fp32 `InputNorm` ((obs - shift) * scale, from the blob's
+fp32 vectors) before the first layer at every precision, so int8 layers see normalised
+activations.
 """
 
 from __future__ import annotations
@@ -19,12 +28,42 @@ import numpy as np
 import torch
 from torch import nn
 
-from actorq.models.mlp import MLPSpec, linear_layer_names
+from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
 from actorq.quant.blob import decode_policy, encode_policy, validate_policy
 from actorq.quant.int8 import make_int8_linear
 from actorq.quant.precision import parse_precision, precision_name
 from actorq.quant.tensors import tensor_scales, tensor_to_float32, tensor_values
 from actorq.v1 import policy_pb2
+
+
+class InputNorm(nn.Module):
+    """x -> (x - shift) * scale, per observation feature, in fp32."""
+
+    def __init__(self, shift: torch.Tensor, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("shift", shift)
+        self.register_buffer("scale", scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.shift) * self.scale
+
+
+class DequantizedLinear(nn.Module):
+    """y = x @ W.T + b [then ReLU] in fp32, W dequantized from the blob's int8/int4 codes.
+
+    One addmm (+ in-place ReLU) per call: as cheap to call as the fused int8 kernels, which
+    an nn.Linear followed by an nn.ReLU module is not at small batches.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, relu: bool) -> None:
+        super().__init__()
+        self.register_buffer("weight_t", weight.t().contiguous())
+        self.register_buffer("bias", bias)
+        self.relu = relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.addmm(self.bias, x, self.weight_t)
+        return y.relu_() if self.relu else y
 
 
 class PolicyModule(nn.Module):
@@ -72,11 +111,17 @@ def build_policy_module(policy: policy_pb2.Policy) -> PolicyModule:
     tensors = {tensor.name: tensor for tensor in policy.tensors}
     names = linear_layer_names(len(spec.widths) - 1)
     layers: list[nn.Module] = []
+    if spec.input_norm:
+        shift, scale = (torch.from_numpy(tensor_to_float32(tensors[n])) for n in _NORM_NAMES)
+        layers.append(InputNorm(shift, scale))
+    quantized = policy.precision in (policy_pb2.PRECISION_INT8, policy_pb2.PRECISION_INT4)
     for i, name in enumerate(names):
         hidden = i < len(names) - 1
         weight, bias = tensors[f"{name}.weight"], tensors[f"{name}.bias"]
-        if policy.precision in (policy_pb2.PRECISION_INT8, policy_pb2.PRECISION_INT4):
+        if quantized and i > 0:
             layers.append(_int8_layer(weight, bias, relu=hidden))
+        elif quantized:  # int8 / int4 first layer: fp32 activations (see the module docstring)
+            layers.append(_dequantized_layer(weight, bias, relu=hidden))
         else:
             layers.append(_float_layer(weight, bias))
             if hidden:
@@ -86,12 +131,25 @@ def build_policy_module(policy: policy_pb2.Policy) -> PolicyModule:
     return PolicyModule(layers, spec, policy.precision, policy.version, policy.learner_step)
 
 
+_NORM_NAMES = (INPUT_SHIFT, INPUT_SCALE)
+
+
 def _int8_layer(weight: policy_pb2.Tensor, bias: policy_pb2.Tensor, relu: bool) -> nn.Module:
     return make_int8_linear(
         torch.from_numpy(tensor_values(weight)),
         torch.from_numpy(tensor_scales(weight)),
         torch.from_numpy(tensor_to_float32(bias)),
         relu=relu,
+    )
+
+
+def _dequantized_layer(
+    weight: policy_pb2.Tensor, bias: policy_pb2.Tensor, relu: bool
+) -> DequantizedLinear:
+    return DequantizedLinear(
+        torch.from_numpy(tensor_to_float32(weight)),
+        torch.from_numpy(tensor_to_float32(bias)),
+        relu,
     )
 
 

@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x63torq/v1/policy.proto\x12\tactorq.v1\"~\n\tModelSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07obs_dim\x18\x02 \x01(\r\x12\x13\n\x0bnum_outputs\x18\x03 \x01(\r\x12\x0e\n\x06hidden\x18\x04 \x03(\r\x12\x12\n\nactivation\x18\x05 \x01(\t\x12\x19\n\x11output_activation\x18\x06 \x01(\t\"\x87\x01\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x04\x12\x1f\n\x05\x64type\x18\x03 \x01(\x0e\x32\x10.actorq.v1.DType\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06scales\x18\x05 \x03(\x02\x12\x13\n\x0bzero_points\x18\x06 \x03(\x05\x12\x0c\n\x04\x61xis\x18\x07 \x01(\x05\"\xd8\x01\n\x06Policy\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0clearner_step\x18\x02 \x01(\x04\x12\'\n\tprecision\x18\x03 \x01(\x0e\x32\x14.actorq.v1.Precision\x12\"\n\x04spec\x18\x04 \x01(\x0b\x32\x14.actorq.v1.ModelSpec\x12\"\n\x07tensors\x18\x05 \x03(\x0b\x32\x11.actorq.v1.Tensor\x12\x17\n\x0f\x63reated_unix_ms\x18\x06 \x01(\x03\x12\x1d\n\x15\x66p32_equivalent_bytes\x18\x07 \x01(\x04\"V\n\x0ePolicyEnvelope\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\x0c\x12\x13\n\x0bhmac_sha256\x18\x03 \x01(\x0c\x12\x0e\n\x06key_id\x18\x04 \x01(\t*v\n\tPrecision\x12\x19\n\x15PRECISION_UNSPECIFIED\x10\x00\x12\x12\n\x0ePRECISION_FP32\x10\x01\x12\x12\n\x0ePRECISION_FP16\x10\x02\x12\x12\n\x0ePRECISION_INT8\x10\x03\x12\x12\n\x0ePRECISION_INT4\x10\x04*d\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x11\n\rDTYPE_FLOAT16\x10\x02\x12\x0e\n\nDTYPE_INT8\x10\x03\x12\x0e\n\nDTYPE_INT4\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61\x63torq/v1/policy.proto\x12\tactorq.v1\"\x92\x01\n\tModelSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07obs_dim\x18\x02 \x01(\r\x12\x13\n\x0bnum_outputs\x18\x03 \x01(\r\x12\x0e\n\x06hidden\x18\x04 \x03(\r\x12\x12\n\nactivation\x18\x05 \x01(\t\x12\x19\n\x11output_activation\x18\x06 \x01(\t\x12\x12\n\ninput_norm\x18\x07 \x01(\x08\"\x87\x01\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x04\x12\x1f\n\x05\x64type\x18\x03 \x01(\x0e\x32\x10.actorq.v1.DType\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x0e\n\x06scales\x18\x05 \x03(\x02\x12\x13\n\x0bzero_points\x18\x06 \x03(\x05\x12\x0c\n\x04\x61xis\x18\x07 \x01(\x05\"\xd8\x01\n\x06Policy\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0clearner_step\x18\x02 \x01(\x04\x12\'\n\tprecision\x18\x03 \x01(\x0e\x32\x14.actorq.v1.Precision\x12\"\n\x04spec\x18\x04 \x01(\x0b\x32\x14.actorq.v1.ModelSpec\x12\"\n\x07tensors\x18\x05 \x03(\x0b\x32\x11.actorq.v1.Tensor\x12\x17\n\x0f\x63reated_unix_ms\x18\x06 \x01(\x03\x12\x1d\n\x15\x66p32_equivalent_bytes\x18\x07 \x01(\x04\"V\n\x0ePolicyEnvelope\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\x0c\x12\x13\n\x0bhmac_sha256\x18\x03 \x01(\x0c\x12\x0e\n\x06key_id\x18\x04 \x01(\t*v\n\tPrecision\x12\x19\n\x15PRECISION_UNSPECIFIED\x10\x00\x12\x12\n\x0ePRECISION_FP32\x10\x01\x12\x12\n\x0ePRECISION_FP16\x10\x02\x12\x12\n\x0ePRECISION_INT8\x10\x03\x12\x12\n\x0ePRECISION_INT4\x10\x04*d\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x11\n\rDTYPE_FLOAT16\x10\x02\x12\x0e\n\nDTYPE_INT8\x10\x03\x12\x0e\n\nDTYPE_INT4\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'actorq.v1.policy_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRECISION']._serialized_start=610
-  _globals['_PRECISION']._serialized_end=728
-  _globals['_DTYPE']._serialized_start=730
-  _globals['_DTYPE']._serialized_end=830
-  _globals['_MODELSPEC']._serialized_start=37
-  _globals['_MODELSPEC']._serialized_end=163
-  _globals['_TENSOR']._serialized_start=166
-  _globals['_TENSOR']._serialized_end=301
-  _globals['_POLICY']._serialized_start=304
-  _globals['_POLICY']._serialized_end=520
-  _globals['_POLICYENVELOPE']._serialized_start=522
-  _globals['_POLICYENVELOPE']._serialized_end=608
+  _globals['_PRECISION']._serialized_start=631
+  _globals['_PRECISION']._serialized_end=749
+  _globals['_DTYPE']._serialized_start=751
+  _globals['_DTYPE']._serialized_end=851
+  _globals['_MODELSPEC']._serialized_start=38
+  _globals['_MODELSPEC']._serialized_end=184
+  _globals['_TENSOR']._serialized_start=187
+  _globals['_TENSOR']._serialized_end=322
+  _globals['_POLICY']._serialized_start=325
+  _globals['_POLICY']._serialized_end=541
+  _globals['_POLICYENVELOPE']._serialized_start=543
+  _globals['_POLICYENVELOPE']._serialized_end=629
 # @@protoc_insertion_point(module_scope)

@@ -34,20 +34,22 @@ DTYPE_INT8: DType
 DTYPE_INT4: DType
 
 class ModelSpec(_message.Message):
-    __slots__ = ("kind", "obs_dim", "num_outputs", "hidden", "activation", "output_activation")
+    __slots__ = ("kind", "obs_dim", "num_outputs", "hidden", "activation", "output_activation", "input_norm")
     KIND_FIELD_NUMBER: _ClassVar[int]
     OBS_DIM_FIELD_NUMBER: _ClassVar[int]
     NUM_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_NORM_FIELD_NUMBER: _ClassVar[int]
     kind: str
     obs_dim: int
     num_outputs: int
     hidden: _containers.RepeatedScalarFieldContainer[int]
     activation: str
     output_activation: str
-    def __init__(self, kind: _Optional[str] = ..., obs_dim: _Optional[int] = ..., num_outputs: _Optional[int] = ..., hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., output_activation: _Optional[str] = ...) -> None: ...
+    input_norm: bool
+    def __init__(self, kind: _Optional[str] = ..., obs_dim: _Optional[int] = ..., num_outputs: _Optional[int] = ..., hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., output_activation: _Optional[str] = ..., input_norm: _Optional[bool] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("name", "shape", "dtype", "data", "scales", "zero_points", "axis")

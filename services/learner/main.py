@@ -42,7 +42,7 @@ def dist_config(settings: LearnerSettings) -> DistConfig:
 
 
 def build_learner(settings: LearnerSettings, dqn, runtime: ServiceRuntime) -> Learner:
-    spec = policy_spec(settings.env_id, settings.algo, settings.hidden)
+    spec = policy_spec(settings.env_id, settings.algo, settings.hidden, dqn)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     dist = dist_config(settings)

@@ -8,7 +8,6 @@ leave them.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
 import grpc
@@ -21,6 +20,7 @@ from actorq.models import MLPSpec
 from actorq.quantizer.server import ParameterServer
 from actorq.redis_keys import RedisKeys
 from actorq.testing import grpc_fuzz as fz
+from actorq.testing.waiting import wait_for
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 
 SPEC = MLPSpec(obs_dim=4, num_outputs=2, hidden=(8,))
@@ -87,15 +87,6 @@ def test_restarted_quantizer_with_corrupt_metadata_starts_and_recovers(
     assert restarted.publish(fz.valid_stream(2)).version == 2  # the next version heals it
 
 
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def _corrupt(blob: bytes, how: str) -> bytes:
     return {
         "truncated": blob[: len(blob) // 2],
@@ -125,7 +116,7 @@ def test_actor_refuses_corrupt_blobs_counts_them_logs_once_and_goes_on(
             blob = redis_client.get(redis_keys.policy_blob(version))
             redis_client.set(redis_keys.policy_blob(version), _corrupt(blob, how))
             target.params.board.post(target.store.announcement(version))
-            _wait_for(lambda v=version: follower.rejections == v - 1)
+            wait_for(lambda v=version: follower.rejections == v - 1)
         assert follower.current.version == 1 and follower.loads == 1
         assert follower.rejections_by_reason == {"BlobError": len(hows)}
         warnings = [r for r in caplog.records if "refused policy" in r.getMessage()]
@@ -136,6 +127,6 @@ def test_actor_refuses_corrupt_blobs_counts_them_logs_once_and_goes_on(
         )
         assert counted == len(hows)
         target.ps.PublishWeights(fz.valid_stream(20), timeout=10)
-        _wait_for(lambda: follower.current.version == 20)  # training goes on
+        wait_for(lambda: follower.current.version == 20)  # training goes on
     finally:
         follower.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,23 +20,11 @@ from actorq.learner.loop import Learner
 from actorq.learner.publisher import WeightsPublisher
 from actorq.models import MLPSpec
 from actorq.quant import parse_precision
-from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.replay import PrioritizedSampler, decode_batch
-from actorq.rpc import GrpcServer
 
 SPEC = MLPSpec(obs_dim=4, num_outputs=2, hidden=(32, 32))
-
-
-@pytest.fixture
-def quantizer(redis_client: redis.Redis, redis_keys: RedisKeys) -> Iterator[str]:
-    params = ParameterServer(PolicyStore(redis_client, redis_keys))
-    server = GrpcServer("127.0.0.1", 0, [parameter_server_service(params)])
-    server.start()
-    yield f"127.0.0.1:{server.port}"
-    params.close()
-    server.stop(0.2)
 
 
 def _learner(

@@ -21,6 +21,7 @@ from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer, make_channel
+from actorq.testing.waiting import wait_for
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
@@ -231,16 +232,16 @@ def test_follower_loads_new_versions_and_keeps_last_good_on_corruption(
         assert follower.current is not None and follower.current.version == 1
         # Corrupt version 2 in Redis behind the quantizer's back: flip one payload byte.
         cluster.publish(2)
-        _wait_for(lambda: follower.current.version == 2)
+        wait_for(lambda: follower.current.version == 2)
         envelope = bytearray(redis_client.get(redis_keys.policy_blob(2)))
         envelope[len(envelope) // 2] ^= 0xFF
         _store_raw_version(cluster, redis_client, redis_keys, 3, bytes(envelope))
-        _wait_for(lambda: follower.rejections == 1)
+        wait_for(lambda: follower.rejections == 1)
         assert follower.current.version == 2  # kept the last good policy
         obs = torch.zeros((3, SPEC.obs_dim))
         assert follower.current.module(obs).shape == (3, SPEC.num_outputs)
         cluster.publish(4)
-        _wait_for(lambda: follower.current.version == 4)
+        wait_for(lambda: follower.current.version == 4)
     finally:
         follower.stop()
 
@@ -255,15 +256,6 @@ def _store_raw_version(
     client.set(keys.policy_latest, version)
     client.zadd(keys.policy_versions, {str(version): version})
     cluster.params.board.post(cluster.store.announcement(version))
-
-
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def test_unknown_precision_in_header_is_refused(cluster: Cluster) -> None:
@@ -314,7 +306,7 @@ def test_follower_survives_quantizer_outage_and_late_start(
         publisher.PublishWeights(
             weight_chunks(_header(2), _weights(2)), timeout=10, wait_for_ready=True
         )
-        _wait_for(lambda: follower.current.version == 2)
+        wait_for(lambda: follower.current.version == 2)
         params.close()
         server.stop(0.1)
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from actorq.quantizer.store import Announcement, PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer, make_channel
 from actorq.security.signing import PolicyKey, PolicyKeys
+from actorq.testing.waiting import wait_for
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
@@ -75,15 +75,6 @@ def _forge(client: redis.Redis, keys: RedisKeys, version: int, signer: PolicyKey
     assert store.announcement(version) == Announcement.of(encoded)
 
 
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def _rejections(instance: str) -> float:
     value = REGISTRY.get_sample_value(
         "actorq_actor_policy_rejections_total",
@@ -124,15 +115,15 @@ def test_forged_blob_under_latest_is_never_loaded(
                 signer = PolicyKeys(ATTACKER_KEY) if forger == "own_key" else None
                 _forge(redis_client, redis_keys, version, signer)
             quantizer.announce_what_redis_holds()
-            _wait_for(lambda v=version: follower.latest_announced == v and follower.rejections)
-            _wait_for(lambda v=version: follower.rejections == v - 1)
+            wait_for(lambda v=version: follower.latest_announced == v and follower.rejections)
+            wait_for(lambda v=version: follower.rejections == v - 1)
         assert follower.current.version == 1  # kept the genuine policy
         assert _rejections(instance) - before == 2
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "SignatureError" in warnings[0].getMessage()
 
         quantizer.publish(4)  # the real learner goes on publishing: actors follow it
-        _wait_for(lambda: follower.current.version == 4)
+        wait_for(lambda: follower.current.version == 4)
     finally:
         follower.stop()
         quantizer.close()
@@ -150,7 +141,7 @@ def test_key_rotation_without_refusals(redis_client: redis.Redis, redis_keys: Re
         assert follower.wait_for_policy(10) and follower.current.version == 1
         old_quantizer.params.keys = PolicyKeys(new_key)  # quantizer restarted with the new key
         old_quantizer.publish(2)
-        _wait_for(lambda: follower.current.version == 2)
+        wait_for(lambda: follower.current.version == 2)
         assert follower.rejections == 0
         envelope = policy_pb2.PolicyEnvelope.FromString(redis_client.get(redis_keys.policy_blob(2)))
         assert envelope.key_id == new_key.key_id

@@ -352,3 +352,39 @@ def test_expected_spec_mismatch_is_refused() -> None:
     with pytest.raises(BlobError, match="this reader expects"):
         decode_policy(envelope, expected_spec=other)
     assert decode_policy(envelope, expected_spec=SPEC).version == 1
+
+
+# --- input normalisation travels as two fp32 vectors -----------------------------------
+
+NORM_SPEC = MLPSpec(obs_dim=6, num_outputs=3, hidden=(16, 8), input_norm=True)
+
+
+def _norm_weights() -> dict[str, np.ndarray]:
+    weights = make_weights()
+    weights["input_norm.shift"] = np.linspace(-50, 50, 6, dtype=np.float32)
+    weights["input_norm.scale"] = np.full(6, 0.5, np.float32)
+    return weights
+
+
+@pytest.mark.parametrize("precision", ALL_PRECISIONS)
+def test_input_norm_round_trips_in_fp32(precision: int) -> None:
+    proto = spec_to_proto(NORM_SPEC)
+    assert proto.input_norm and spec_from_proto(proto) == NORM_SPEC
+    assert not spec_to_proto(SPEC).input_norm  # other blobs keep their bytes
+    weights = _norm_weights()
+    policy = decode_policy(encode_policy(weights, NORM_SPEC, precision, 1, 1).envelope)
+    shift = tensor(policy, "input_norm.shift")
+    assert shift.dtype == policy_pb2.DTYPE_FLOAT32 and not shift.scales  # never quantized
+    decoded = policy_to_weights(policy)
+    np.testing.assert_array_equal(decoded["input_norm.shift"], weights["input_norm.shift"])
+    np.testing.assert_array_equal(decoded["input_norm.scale"], weights["input_norm.scale"])
+
+
+def test_input_norm_spec_without_its_vectors_is_refused() -> None:
+    with pytest.raises(WeightsError, match=r"missing \['input_norm\.shift', 'input_norm\.scale'\]"):
+        encode_policy(make_weights(), NORM_SPEC, INT8, 1, 1)
+    envelope = encode_policy(_norm_weights(), NORM_SPEC, INT8, 1, 1).envelope
+    _, policy = parse(envelope)
+    policy.spec.input_norm = False  # a reader must not silently skip the normalisation
+    with pytest.raises(BlobError, match=r"unexpected \['input_norm\.scale', 'input_norm\.shift'\]"):
+        decode_policy(reseal(policy))

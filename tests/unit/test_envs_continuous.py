@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -75,3 +79,26 @@ def test_dmc_time_limit_is_truncation_not_termination() -> None:
 def test_unknown_dmc_task_names_it(bad: str) -> None:
     with pytest.raises(EnvError, match=rf"unknown DeepMind Control Suite task '{bad}'"):
         describe_env(bad, continuous=True)
+
+
+def test_mujoco_warnings_go_to_the_log_once(capfd, caplog) -> None:
+    """gymnasium's half_cheetah.xml trips a MuJoCo 3.17 deprecation warning that MuJoCo
+    would print for every env built; it is logged once per process instead."""
+    with caplog.at_level("WARNING", logger="actorq.envs"):
+        for _ in range(3):
+            make_env("HalfCheetah-v5").close()
+    printed = capfd.readouterr()
+    assert "settotalmass" not in printed.out + printed.err
+    logged = [r.getMessage() for r in caplog.records if "settotalmass" in r.getMessage()]
+    assert len(logged) <= 1  # 0 when an earlier test in this process already logged it
+
+
+def test_dmc_imports_without_an_opengl_probe() -> None:
+    """A fresh process (dm_control not yet imported) with no DISPLAY: no glfw warning."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY")}
+    code = "from actorq.envs import make_env; make_env('dmc:cartpole-swingup').close()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "DISPLAY" not in proc.stdout + proc.stderr

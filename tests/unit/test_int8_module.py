@@ -21,6 +21,8 @@ from actorq.quant import (
     quantized_policy_from_weights,
     weights_from_module,
 )
+from actorq.quant.policy_module import DequantizedLinear
+from actorq.quant.tensors import tensor_to_float32
 from actorq.v1 import policy_pb2
 
 FP32, FP16, INT8 = policy_pb2.PRECISION_FP32, policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_INT8
@@ -112,9 +114,12 @@ def test_int8_module_comes_from_the_blob_alone() -> None:
     module = build_policy_module(decode_policy(envelope, spec))
     assert (module.version, module.learner_step, module.precision) == (5, 77, INT8)
     assert module.spec == spec and not module.training
-    assert list(module.parameters()) == [] and list(module.buffers()) == []
-    assert [type(m) for m in module.layers] == [Int8Linear] * 3
+    # The first layer runs fp32 activations over its dequantized int8 codes; the rest int8.
+    assert list(module.parameters()) == []
+    assert [type(m) for m in module.layers] == [DequantizedLinear, Int8Linear, Int8Linear]
     assert [m.relu for m in module.layers] == [True, True, False]
+    codes = next(t for t in decode_policy(envelope, spec).tensors if t.name == "layers.0.weight")
+    np.testing.assert_array_equal(module.layers[0].weight_t.T.numpy(), tensor_to_float32(codes))
     out = module(torch.randn(10, 8))
     assert out.shape == (10, 4) and out.dtype == torch.float32 and not out.requires_grad
 
