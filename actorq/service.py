@@ -22,6 +22,7 @@ from redis.retry import Retry
 from actorq.config import ConfigError
 from actorq.redis_server import RedisUnavailable, check_redis
 from actorq.rpc.errors import PortInUseError
+from actorq.torch_threads import inherit_torch_threads
 
 USER_ERRORS = (ConfigError, RedisUnavailable, PortInUseError, ValueError)
 EXIT_USER_ERROR = 2
@@ -102,6 +103,7 @@ class ServiceRuntime:
 
 def run_loop(loop: Callable[[], None], runtime: ServiceRuntime, done_reason: str) -> None:
     """Thread body for a service's main loop: a crash is logged and stops the service."""
+    inherit_torch_threads()
     try:
         loop()
     except Exception:

@@ -23,6 +23,7 @@ from actorq.quant import BlobError, build_policy_module, decode_policy, precisio
 from actorq.rpc import make_channel
 from actorq.security.signing import NO_KEYS, PolicyKeys
 from actorq.security.tls import TlsConfig
+from actorq.torch_threads import inherit_torch_threads
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 
@@ -83,6 +84,7 @@ class PolicyFollower:
         return self._loaded_event.wait(timeout)
 
     def _run(self) -> None:
+        inherit_torch_threads()  # it builds each policy's modules
         backoff = 0.1
         while not self._stop.is_set():
             channel = make_channel(self._address, self._tls)
