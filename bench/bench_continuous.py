@@ -1,7 +1,9 @@
 """fp32 vs int8 (or any) actors at equal env steps for a continuous-control algorithm,
 through the real services: `actorq run` per (precision, seed), interleaved, no early stop.
 Each final checkpoint is then evaluated greedily in fp32 on the same seeded episodes
-(actorq.ptq), so only the actors' precision during training differs.
+(actorq.ptq), so only the actors' precision during training differs. "eval last 100" is
+the evaluator's own running mean; "eval eps" says how many episodes it played, i.e. how
+much of the run those last 100 span.
 
     .venv/bin/python bench/bench_continuous.py --algo td3 --env Pendulum-v1 \\
         --seeds 0,1,2 --precisions fp32,int8 --env-steps 15000 [-- extra actorq run flags]
@@ -54,7 +56,7 @@ def main() -> None:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="actorq-cont-"))
     print(
         f"{'precision':>9} {'seed':>4} | {'env steps':>9} | {'updates':>7} | {'wall s':>6} | "
-        f"{'eval last 100':>13} | {'final fp32 eval':>15}"
+        f"{'eval eps':>8} | {'eval last 100':>13} | {'final fp32 eval':>15}"
     )
     finals: dict[str, list[float]] = {p: [] for p in precisions}
     for seed in seeds:
@@ -66,7 +68,8 @@ def main() -> None:
             finals[precision].append(final)
             print(
                 f"{precision:>9} {seed:>4} | {s['env_steps']:>9,} | {s['learner_updates']:>7,} | "
-                f"{s['wall_seconds']:>6.1f} | {s['final_mean_return'] or 0:>13.1f} | "
+                f"{s['wall_seconds']:>6.1f} | {s['eval_episodes']:>8,} | "
+                f"{s['final_mean_return'] or 0:>13.1f} | "
                 f"{final:>15.1f}",
                 flush=True,
             )
