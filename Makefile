@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -59,6 +59,9 @@ bench-sumtree: $(STAMP)  ## K-ary sum tree vs K=2, cpprb, TorchRL (BENCHMARKS.md
 
 bench-input-norm: $(STAMP)  ## int8/int4 action error, obs normalisation carried vs folded (BENCHMARKS.md 10d; ARGS=--runs DIR,DIR)
 	$(PY) bench/bench_input_norm.py $(ARGS)
+
+bench-threads: $(STAMP)  ## policy forward in a service worker thread, torch thread count inherited or not (BENCHMARKS.md 11)
+	$(PY) bench/bench_threads.py
 
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
