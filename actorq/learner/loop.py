@@ -41,7 +41,6 @@ from actorq.replay import (
     SampleToInsertRatio,
     UniformSampler,
 )
-from actorq.torch_threads import inherit_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +183,6 @@ class Learner:
 
     # --- threads ----------------------------------------------------------------------
     def _ingest(self) -> None:
-        inherit_torch_threads()
         backoff = 0.05
         rejected = self.reader.rejected
         while not self.stop.is_set():

@@ -24,7 +24,6 @@ from actorq.quant import spec_to_proto
 from actorq.quantizer.assembler import weight_chunks
 from actorq.rpc import make_channel
 from actorq.security.tls import TlsConfig
-from actorq.torch_threads import inherit_torch_threads
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 
@@ -78,7 +77,6 @@ class WeightsPublisher:
         self._thread.join(timeout=10.0)
 
     def _run(self) -> None:
-        inherit_torch_threads()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closed or self._slot is not None)

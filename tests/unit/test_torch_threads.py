@@ -2,9 +2,9 @@
 
 `torch.set_num_threads` binds only the calling thread; a worker thread that does not set
 it again runs each op on an OpenMP team of one thread per core (and spins them against
-the other services). These checks count the process's OS threads while a worker thread
-runs a forward pass: with the count inherited, the forward adds no OpenMP workers.
-Each runs in a fresh interpreter so no other test's torch settings leak in.
+the other services). This counts the process's OS threads while a service loop thread
+runs a forward pass: with the count inherited, the forward adds no OpenMP workers. It
+runs in a fresh interpreter so no other test's torch settings leak in.
 """
 
 from __future__ import annotations
