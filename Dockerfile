@@ -1,6 +1,6 @@
 # One image for every actorq service; pick the process with the command:
 #   actorq-quantizer | actorq-learner | actorq-actor | actorq run ... | actorq healthcheck
-# Build: docker build -t actorq:latest .
+# Build: docker build -t actorq:latest .      (registry + PyPI; or offline: `make image`)
 # Configured only through ACTORQ_* environment variables (actorq/config.py).
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
@@ -10,17 +10,32 @@ FROM ${PYTHON_IMAGE} AS build
 # CPU wheels by default; a CUDA image for the GPU learner (deploy/k8s/overlays/scale-32-gpu):
 #   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t actorq:cuda .
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# Where pip finds wheels: "index" (PyPI, torch from TORCH_INDEX) or "wheelhouse": only the
+# wheels in ./wheelhouse, no network (`make image` fills it with the host's pip and builds
+# with --build-arg PYTHON_IMAGE=actorq-local/python:3.11-bookworm WHEELS=wheelhouse).
+ARG WHEELS=index
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
-# The CPU wheel index keeps the image at a few hundred MB instead of several GB of CUDA.
-RUN python -m venv /opt/venv \
- && pip install --no-cache-dir --index-url ${TORCH_INDEX} torch==2.13.0
+COPY wheelhouse/ /wheelhouse/
+# The pip.conf applies to every pip below, build isolation included (setuptools, wheel).
+RUN case "$WHEELS" in \
+      index) ;; \
+      wheelhouse) printf '[global]\nno-index = true\nfind-links = /wheelhouse\n' > /etc/pip.conf ;; \
+      *) echo "WHEELS: expected index or wheelhouse, got '$WHEELS'" >&2; exit 2 ;; \
+    esac \
+ && python -m venv /opt/venv \
+ && pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0
+# The pinned dependencies in their own layer, keyed on pyproject.toml only: a code change
+# rebuilds just the last layer (actorq itself, --no-deps).
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /tmp/requirements.txt \
+ && pip install --no-cache-dir -r /tmp/requirements.txt
+COPY README.md ./
 COPY actorq ./actorq
 COPY services ./services
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir --no-deps . \
  && python -c "import actorq, torch; print('actorq', actorq.__version__, 'torch', torch.__version__)"
 
 # --- runtime: the venv only, a non-root user -------------------------------------------

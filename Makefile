@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-stability bench-sparse bench-sparse-blob bench-conv image compose-e2e study study-quick
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -47,8 +47,12 @@ bench: $(STAMP)  ## print the benchmark tables recorded in BENCHMARKS.md (sectio
 	$(PY) bench/bench_actor.py
 	$(PY) bench/bench_replay.py
 
-bench-solve: $(STAMP)  ## time to solve CartPole-v1, int8 vs fp32, 3 seeds (BENCHMARKS.md section 5; ~10 min)
-	$(PY) bench/bench_solve.py --seeds 0,1,2 --precisions int8,fp32
+# Stable-Baselines3 is a benchmark contestant only, never a runtime dependency.
+BENCH_SOLVE_LIBS := stable-baselines3==2.9.2
+
+bench-solve: $(STAMP)  ## time to solve CartPole-v1: actorq int8/fp32 vs SB3 PPO and DQN, 5 seeds (BENCHMARKS.md 5, 12; ~30 min)
+	$(PY) -m pip install --quiet $(BENCH_SOLVE_LIBS)
+	$(PY) bench/bench_solve.py --seeds 1,2,3,4,5 --precisions int8,fp32,sb3-ppo,sb3-dqn $(ARGS)
 
 # cpprb and TorchRL are benchmark contestants only, never runtime dependencies.
 BENCH_SUMTREE_LIBS := cpprb==11.0.0 torchrl==0.13.3
@@ -60,8 +64,31 @@ bench-sumtree: $(STAMP)  ## K-ary sum tree vs K=2, cpprb, TorchRL (BENCHMARKS.md
 bench-input-norm: $(STAMP)  ## int8/int4 action error, obs normalisation carried vs folded (BENCHMARKS.md 10d; ARGS=--runs DIR,DIR)
 	$(PY) bench/bench_input_norm.py $(ARGS)
 
+bench-conv: $(STAMP)  ## int8 vs fp32 Nature-CNN convolution, batch 1/8/32/64, one thread (BENCHMARKS.md 15c; ARGS=--rounds 3)
+	$(PY) bench/bench_conv.py $(ARGS)
+bench-sparse: $(STAMP)  ## dense vs RLx2 90%-sparse TD3 on Pendulum-v1, 3 seeds, interleaved (BENCHMARKS.md 13; ~25 min; ARGS=--algo sac ...)
+	nice -n 5 $(PY) bench/bench_sparse.py --algo td3 --env Pendulum-v1 --seeds 0,1,2 --sparsities 0,0.9 --env-steps 16000 $(ARGS)
+
 bench-threads: $(STAMP)  ## policy forward in a service worker thread, torch thread count inherited or not (BENCHMARKS.md 11)
 	$(PY) bench/bench_threads.py
+
+study-quick: $(STAMP)  ## actorq study --quick: DQN 512x512x512, fp32/fp16/int8/int4, one seed (BENCHMARKS.md 16)
+	$(VENV)/bin/actorq study --quick --out study-quick
+
+study: $(STAMP)  ## actorq study: every setting, 3 seeds (hours); resumable
+	$(VENV)/bin/actorq study --out study
+
+bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path vs fast path, vs the FLOP floor (BENCHMARKS.md 12; ARGS=--quick)
+	$(PY) bench/bench_learner.py $(ARGS)
+
+bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, forked vs spawned services (BENCHMARKS.md 12)
+	$(PY) bench/bench_startup.py $(ARGS)
+
+bench-stability: $(STAMP)  ## does DQN stay solved on CartPole for 200k env steps after solving (BENCHMARKS.md 12c; ~1 h)
+	$(PY) bench/bench_stability.py --seeds 1,2,3 --arm defaults: --arm lr-decay:ACTORQ_DQN_LR_FINAL=2.5e-4 --arm soft-target:ACTORQ_DQN_TAU=0.01,ACTORQ_DQN_TARGET_UPDATE_EVERY=1 $(ARGS)
+
+bench-sparse-blob: $(STAMP)  ## bytes per broadcast: full int8, sparse+int8 80-98%, deltas vs dense fp32 (BENCHMARKS.md 14; ARGS=--quick)
+	$(PY) -W ignore::UserWarning bench/bench_sparse_blob.py $(ARGS)
 
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
@@ -69,6 +96,12 @@ bench-quick: $(STAMP)
 
 deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
 	./scripts/check_deploy.sh
+
+image: $(STAMP)  ## actorq, Redis, Prometheus images built here, no registry (README "Deploy")
+	PYTHON=$(PY) ./scripts/build_images.sh
+
+compose-e2e: $(STAMP)  ## make image, then compose up --scale actor=32 and its drills (~5-10 min)
+	ACTORQ_COMPOSE_ACTORS=$${ACTORQ_COMPOSE_ACTORS:-32} $(PY) -m pytest tests/e2e/test_compose.py -v -s $(ARGS)
 
 dashboard:  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
 	$(PYTHON) deploy/grafana/build_dashboard.py

@@ -49,6 +49,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         help="learning algorithm (hyperparameters: ACTORQ_<ALGO>_* variables)",
     )
     p.add_argument("--actors", type=int, default=d.actors, help="actor processes")
+    p.add_argument(
+        "--unroll", type=int, default=d.unroll, help="ppo/appo/a2c: steps per trajectory segment"
+    )
     p.add_argument("--envs-per-actor", type=int, default=d.envs_per_actor, help="envs per actor")
     p.add_argument(
         "--precision", default=d.precision, choices=PRECISIONS, help="actor policy precision"
@@ -110,6 +113,20 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         help="quantization-aware training: fake-quantize the policy network's weights at "
         "this width (2..8, straight-through gradients) while training; 0 = off",
     )
+    p.add_argument(
+        "--sparsity",
+        type=float,
+        default=0.0,
+        help="RLx2 sparse training: share of zero weights in actor and critics, in [0, 1), "
+        "with topology evolution, the delayed 3-step target and the dynamic replay "
+        "(README: Sparse training); 0 = dense",
+    )
+    p.add_argument(
+        "--sparsity-actor", type=float, default=None, help="actor sparsity (default: --sparsity)"
+    )
+    p.add_argument(
+        "--sparsity-critic", type=float, default=None, help="critic sparsity (default: --sparsity)"
+    )
 
 
 def _add_ptq_parser(sub: argparse._SubParsersAction) -> None:
@@ -139,12 +156,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_healthcheck_parser(sub)
     _add_cluster_parser(sub)
     _add_ptq_parser(sub)
+    _add_study_parser(sub)
     sub.add_parser(  # parsed by actorq.security.redis_acl; listed here for --help
         "redis-acl",
         help="write a Redis ACL file with one least-privilege user per service",
         add_help=False,
     )
     return parser
+
+
+def _add_study_parser(sub: argparse._SubParsersAction) -> None:
+    from actorq.study.cli import add_arguments
+
+    p = sub.add_parser(
+        "study",
+        help="fp32/fp16/int8/int4 actors end to end: speed, CPU, energy, breakdown",
+        description="Runs every (setting, seed, precision) through `actorq run`, "
+        "interleaved and resumable, and writes report.md, runs.csv, arms.csv and plots.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_arguments(p)
 
 
 def _add_healthcheck_parser(sub: argparse._SubParsersAction) -> None:
@@ -169,6 +200,10 @@ def _samples_per_insert(args: argparse.Namespace) -> float:
     return RunSettings().samples_per_insert
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 def _run(args: argparse.Namespace) -> int:
     settings = RunSettings(
         env=args.env,
@@ -188,10 +223,22 @@ def _run(args: argparse.Namespace) -> int:
         learners=args.learners,
         replay=args.replay,
         qat_bits=args.qat_bits,
+        unroll=args.unroll,
+        sparsity_actor=_or(args.sparsity_actor, args.sparsity),
+        sparsity_critic=_or(args.sparsity_critic, args.sparsity),
     )
-    from actorq.launch.run import run  # imports torch etc. only when needed
+    from actorq.launch.zygote import Zygote
 
-    return run(settings)
+    # Start the services' pre-imported parent first: it imports torch & co. while this
+    # process does the same and starts Redis, so services fork ready-made.
+    zygote = Zygote.start()
+    try:
+        from actorq.launch.run import run  # imports torch etc. only when needed
+
+        return run(settings, zygote)
+    finally:
+        if zygote is not None:
+            zygote.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
             from actorq.cluster.cli import run as cluster
 
             return cluster(args)
+        if args.command == "study":
+            from actorq.study.cli import run as study
+
+            return study(args)
         if args.command == "ptq":
             from actorq.ptq import main as ptq_main
 

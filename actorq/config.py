@@ -18,7 +18,17 @@ from typing import Any, TypeVar
 
 ENV_PREFIX = "ACTORQ_"
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
-ALGORITHMS = ("dqn", "ddpg", "td3", "sac", "d4pg")  # the same list as actorq.algos.ALGORITHMS
+ALGORITHMS = (
+    "dqn",
+    "ddpg",
+    "td3",
+    "sac",
+    "d4pg",
+    "ppo",
+    "appo",
+    "a2c",
+)  # = actorq.algos.ALGORITHMS
+OBS_CODECS = ("none", "zstd")  # compression of observations in trajectory segments
 # ACTORQ_ACTOR_INDEX=-1: replicas started from one template (compose --scale, a k8s
 # Deployment) claim distinct indices from a Redis counter (actorq.actor.identity).
 AUTO_ACTOR_INDEX = -1
@@ -201,6 +211,13 @@ class QuantizerSettings(CommonSettings):
     chunk_bytes: int = 1 << 20  # size of blob chunks sent to actors (well under 4 MiB)
     max_publish_bytes: int = 1 << 30  # refuse weight streams declaring more than this
     tls_allowed_publishers: str = ""  # mTLS: cert names allowed to PublishWeights
+    # Guarded broadcasts (actorq.guard): each version is measured against fp32 on recent
+    # replay observations and layers fall back to float until it is within the threshold.
+    guard: bool = False  # opt-in: see BENCHMARKS.md 16b (costs learner CPU, fires often)
+    guard_max_disagreement: float = 0.05  # Q-networks: share of probe obs, other argmax
+    guard_max_action_diff: float = 0.05  # tanh policies: mean |a_q - a_fp32| / range
+    guard_probe_size: int = 256  # observations per check
+    guard_fallback: str = "fp16"  # first fallback precision of a layer (then fp32)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -238,6 +255,11 @@ class ActorSettings(CommonSettings):
     random_steps: int = 0  # uniform random actions for this many env steps first
     n_step: int = 1  # > 1: actors emit n-step transitions (D4PG); reward = discounted sum
     gamma: float = 0.99  # discount of those n-step sums (match the learner's)
+    # On-policy (PPO, APPO, A2C; actorq.actor.trajectory): > 0 = stream T-step segments
+    # with behaviour log-probs instead of replay transitions.
+    unroll_length: int = 0
+    onpolicy_queue_segments: int = 4  # wait while the learner is this many segments behind
+    obs_codec: str = "none"  # "zstd" compresses segment observations (pixels)
 
     @property
     def instance_id(self) -> str:
@@ -274,6 +296,18 @@ class ActorSettings(CommonSettings):
         _check(self.random_steps >= 0, f"random_steps: expected >= 0, got {self.random_steps}")
         _check(1 <= self.n_step <= 255, f"n_step: expected 1..255, got {self.n_step}")
         _check(0 <= self.gamma <= 1, f"gamma: expected 0..1, got {self.gamma}")
+        _check(
+            0 <= self.unroll_length <= 4096,
+            f"unroll_length: expected 0 (off) or 1..4096, got {self.unroll_length}",
+        )
+        _check(
+            self.onpolicy_queue_segments >= 1,
+            f"onpolicy_queue_segments: expected >= 1, got {self.onpolicy_queue_segments}",
+        )
+        _check(
+            self.obs_codec in OBS_CODECS,
+            f"obs_codec: expected one of {', '.join(OBS_CODECS)}, got {self.obs_codec!r}",
+        )
 
 
 @dataclass
@@ -374,8 +408,12 @@ class RunSettings:
     learners: int = 1  # data-parallel learner processes (gradients all-reduced)
     replay: str = "uniform"  # uniform | prioritized
     qat_bits: int = 0  # > 0: train the policy network with fake quantization at 2..8 bits
+    unroll: int = 64  # on-policy algorithms: steps per trajectory segment (T)
+    sparsity_actor: float = 0.0  # > 0: RLx2 sparse training (actorq.sparse), actor share of 0s
+    sparsity_critic: float = 0.0  # the same for the critics
 
     def __post_init__(self) -> None:
+        self._check_sparsity()
         _check(
             self.replay in REPLAY_KINDS,
             f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
@@ -395,6 +433,7 @@ class RunSettings:
             f"--algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
         )
         _check(self.actors >= 1, f"--actors: expected >= 1, got {self.actors}")
+        _check(1 <= self.unroll <= 4096, f"--unroll: expected 1..4096, got {self.unroll}")
         _check(self.actors <= 256, f"--actors: expected <= 256, got {self.actors}")
         _check(
             self.envs_per_actor >= 1, f"--envs-per-actor: expected >= 1, got {self.envs_per_actor}"
@@ -406,4 +445,26 @@ class RunSettings:
         _check(
             self.samples_per_insert > 0,
             f"--samples-per-insert: expected > 0, got {self.samples_per_insert}",
+        )
+
+    def _check_sparsity(self) -> None:
+        for name in ("sparsity_actor", "sparsity_critic"):
+            value = getattr(self, name)
+            flag = "--" + name.replace("_", "-")
+            _check(0.0 <= value < 1.0, f"{flag} (or --sparsity): expected 0 <= x < 1, got {value}")
+        if self.sparsity_actor == 0 and self.sparsity_critic == 0:
+            return
+        sparse_algos = ("ddpg", "td3", "sac", "d4pg")  # actorq.sparse.config.SPARSE_ALGORITHMS
+        _check(
+            self.algo in sparse_algos,
+            f"--sparsity: sparse training needs an actor-critic algorithm "
+            f"({', '.join(sparse_algos)}), got --algo {self.algo}",
+        )
+        _check(
+            self.learners == 1,
+            f"--sparsity: sparse training runs on one learner, got --learners {self.learners}",
+        )
+        _check(
+            self.replay == "uniform",
+            f"--sparsity: RLx2's dynamic-capacity replay needs --replay uniform, got {self.replay}",
         )

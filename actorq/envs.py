@@ -27,6 +27,15 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RescaleAction
 
+from actorq.pixel_envs import (
+    ALE_PREFIX,
+    MINATAR_PREFIX,
+    AleSingleEnv,
+    is_pixel_id,
+    make_ale_vector_env,
+    make_minatar_env,
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +48,8 @@ FAMILIES = (
     "gymnasium classic control (e.g. CartPole-v1, Pendulum-v1, MountainCarContinuous-v0)",
     "gymnasium MuJoCo v5 (e.g. HalfCheetah-v5, Hopper-v5, Walker2d-v5)",
     "DeepMind Control Suite as dmc:<domain>-<task> (e.g. dmc:cartpole-swingup)",
+    "MinAtar as minatar:<game> (e.g. minatar:breakout; uint8 [C, 10, 10] pixels)",
+    "Atari as ale:<Game>[,episodic_life][,sticky=<p>] (e.g. ale:Pong; uint8 [4, 84, 84])",
 )
 
 
@@ -54,6 +65,12 @@ class EnvInfo:
     obs_dim: int
     num_actions: int
     act_dim: int = 0
+    obs_shape: tuple[int, ...] = ()
+    """Pixel envs (minatar:, ale:): the uint8 [C, H, W] observation; () for flat ones."""
+
+    @property
+    def pixels(self) -> bool:
+        return len(self.obs_shape) == 3
 
     @property
     def continuous(self) -> bool:
@@ -88,6 +105,8 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) 
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     # Fail early with a clear message rather than deep in gymnasium.
     info = describe_env(env_id, continuous=None)
+    if env_id.startswith(ALE_PREFIX):  # C++ batched stepping and preprocessing (ale-py)
+        return make_ale_vector_env(env_id[len(ALE_PREFIX) :], num_envs, seed, EnvError)
     if native and not info.continuous and _has_native_vector(env_id):
         vec = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
         vec.reset(seed=seed)
@@ -105,7 +124,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) 
 
 
 def _has_native_vector(env_id: str) -> bool:
-    if env_id.startswith(DMC_PREFIX):
+    if env_id.startswith(DMC_PREFIX) or is_pixel_id(env_id):
         return False
     return gym.spec(env_id).vector_entry_point is not None
 
@@ -141,6 +160,10 @@ def make_env(env_id: str) -> gym.Env:
         from actorq.dmc_env import make_dmc_env  # imports dm_control only when asked for
 
         return make_dmc_env(env_id[len(DMC_PREFIX) :], EnvError)
+    if env_id.startswith(MINATAR_PREFIX):
+        return make_minatar_env(env_id[len(MINATAR_PREFIX) :], EnvError)
+    if env_id.startswith(ALE_PREFIX):
+        return AleSingleEnv(env_id[len(ALE_PREFIX) :], EnvError)
     if env_id not in gym.registry:
         raise EnvError(_unknown_id_message(env_id))
     if "mujoco" in str(gym.registry[env_id].entry_point):
@@ -186,10 +209,17 @@ def _unknown_id_message(env_id: str) -> str:
     return f"unknown env id {env_id!r}{hint}; expected one of: {'; '.join(FAMILIES)}"
 
 
+def _is_pixel_space(space: spaces.Space) -> bool:
+    return isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
+
+
 def _info_from_spaces(
     env_id: str, obs_space: spaces.Space, act_space: spaces.Space, continuous: bool
 ) -> EnvInfo:
     who = "continuous-control algorithms need" if continuous else "DQN needs"
+    if _is_pixel_space(obs_space) and not continuous and isinstance(act_space, spaces.Discrete):
+        shape = tuple(int(d) for d in obs_space.shape)
+        return EnvInfo(env_id, int(np.prod(shape)), int(act_space.n), obs_shape=shape)
     if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
         raise EnvError(f"{who} a flat Box observation space; {env_id!r} has {obs_space}")
     obs_dim = int(obs_space.shape[0])

@@ -101,7 +101,7 @@ def load_policy(path: str | Path, env_id: str | None = None) -> LoadedPolicy:
     state = torch.load(file, map_location="cpu", weights_only=True)
     config = _algo_config(algo, meta, state)
     spec = policy_spec(env_id, algo, hidden, config)
-    learner = make_algorithm(algo, spec.obs_dim, spec.num_outputs, hidden, config)
+    learner = make_algorithm(algo, spec.obs_dim, spec.num_outputs, hidden, config, spec=spec)
     try:
         learner.load_state_dict(state["dqn"])
     except (KeyError, RuntimeError) as exc:
@@ -126,8 +126,11 @@ def policy_at_bits(policy: LoadedPolicy, bits: int) -> tuple[torch.nn.Module, st
     if bits in BLOB_PRECISIONS:
         name = BLOB_PRECISIONS[bits]
         return quantized_policy_from_weights(policy.weights, policy.spec, name), f"blob {name}"
-    simulated = {
-        k: fake_quantize_array(v, bits) if v.ndim == 2 else v for k, v in policy.weights.items()
+    simulated = {  # conv weights [out, in, k, k]: per output channel, like the blob
+        k: fake_quantize_array(v.reshape(v.shape[0], -1), bits).reshape(v.shape)
+        if v.ndim >= 2
+        else v
+        for k, v in policy.weights.items()
     }
     return quantized_policy_from_weights(simulated, policy.spec, "fp32"), "simulated"
 

@@ -50,10 +50,31 @@ class RedisKeys:
         """One entry per finished episode (actors and evaluator), for progress and plots."""
         return f"{self.prefix}:episodes"
 
+    # --- on-policy trajectory segments (actorq.onpolicy) ------------------------------
+    @property
+    def trajectory_stream(self) -> str:
+        """Stream of trajectory segments (XADD by on-policy actors, XREAD by the learner)."""
+        return f"{self.prefix}:trajectories"
+
+    @property
+    def trajectory_written(self) -> str:
+        """Segments acknowledged by Redis (INCR in the same MULTI/EXEC as the XADD)."""
+        return f"{self.prefix}:trajectories:written"
+
+    @property
+    def trajectory_consumed(self) -> str:
+        """Segments the learner has read (trained on or dropped as stale)."""
+        return f"{self.prefix}:trajectories:consumed"
+
     # --- policy blobs -----------------------------------------------------------------
     def policy_blob(self, version: int) -> str:
         """Envelope bytes of one policy version."""
         return f"{self.prefix}:policy:{version}"
+
+    def policy_delta(self, version: int) -> str:
+        """Envelope bytes of a PolicyDelta to `version` from the version in its meta's
+        `delta_base` (absent when the full blob was smaller or there was no base)."""
+        return f"{self.prefix}:policy:{version}:delta"
 
     def policy_meta(self, version: int) -> str:
         """Hash with the announcement fields of one version (precision, sizes, sha256)."""

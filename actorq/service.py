@@ -33,7 +33,10 @@ log = logging.getLogger("actorq")
 def setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname).1s %(name)s [" + str(os.getpid()) + "] %(message)s",
+        # milliseconds: start-up and restart timings are read off these lines
+        format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s ["
+        + str(os.getpid())
+        + "] %(message)s",
         datefmt="%H:%M:%S",
     )
 

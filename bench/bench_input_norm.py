@@ -35,8 +35,8 @@ from actorq.algos.factory import make_algorithm, policy_spec
 from actorq.envs import make_vector_env
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork, linear_layer_names
 from actorq.ptq import load_policy
-from actorq.quant import decode_policy, encode_policy, parse_precision, weights_from_module
-from actorq.quant.policy_module import _int8_layer, build_policy_module
+from actorq.quant import decode_blob, encode_policy, parse_precision, weights_from_module
+from actorq.quant.policy_module import build_policy_module, int8_layer
 
 
 def folded(weights: dict[str, np.ndarray], spec: MLPSpec) -> tuple[dict, MLPSpec]:
@@ -87,15 +87,15 @@ def policy_module(weights: dict, spec: MLPSpec, precision: str, all_int8: bool =
     """The actor's module (fp32 reference when precision is fp32); `all_int8` swaps its
     fp32 first layer for an int8 kernel over the same codes."""
     blob = encode_policy(weights, spec, parse_precision(precision), 0, 0).envelope
-    policy = decode_policy(blob)
+    policy = decode_blob(blob)
     module = build_policy_module(policy)
     if not all_int8:
         return module
-    tensors = {t.name: t for t in policy.tensors}
+    tensors = policy.tensors
     first = linear_layer_names(1)[0]
     at = 1 if spec.input_norm else 0  # position of the first Linear (InputNorm before it)
     layers = list(module.layers)
-    layers[at] = _int8_layer(tensors[f"{first}.weight"], tensors[f"{first}.bias"], True)
+    layers[at] = int8_layer(tensors[f"{first}.weight"], tensors[f"{first}.bias"], True)
     return torch.nn.Sequential(*layers)
 
 

@@ -26,8 +26,8 @@ fi
 COMPOSE=$("$TOOLS/bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
 echo "tools: $("$TOOLS/bin/hadolint" --version), $("$COMPOSE" version), $("$TOOLS/bin/kubectl" version --client | tr '\n' ' '), kubernetes-validate $("$TOOLS/bin/kubernetes-validate" --version), $(promtool --version | head -1)"
 
-echo "== hadolint Dockerfile"
-"$TOOLS/bin/hadolint" Dockerfile && echo "Dockerfile: clean"
+echo "== hadolint Dockerfile deploy/docker/*.Dockerfile"
+"$TOOLS/bin/hadolint" Dockerfile deploy/docker/*.Dockerfile && echo "Dockerfiles: clean"
 
 echo "== docker compose config (and --scale actor=32)"
 "$TOOLS/bin/python" scripts/deploy_checks.py compose "$COMPOSE"

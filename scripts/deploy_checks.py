@@ -173,6 +173,32 @@ def check_compose(binary: str) -> None:
         )
         _expect(proc.returncode != 0, "compose accepted container_name on a scaled service")
         print("compose: self-test caught a fixed host port and a fixed container name")
+        check_local_override(binary, Path(tmp))
+
+
+LOCAL_OVERRIDE = ROOT / "deploy" / "compose.local.yml"
+
+
+def check_local_override(binary: str, tmp: Path) -> None:
+    """deploy/compose.local.yml: local images for Redis and Prometheus, offline build args
+    for every actorq service, Grafana only behind its profile; the main file unchanged."""
+    model = compose_config(binary, LOCAL_OVERRIDE, scale_override(tmp, "actor", SCALE))
+    services = model["services"]
+    _expect("grafana" not in services, "grafana must not start with the local override")
+    for name in ("redis", "prometheus"):
+        image = services[name]["image"]
+        _expect(image.startswith("actorq-local/"), f"{name}: expected a local image, got {image}")
+    for name in ("quantizer", "learner", "actor", "evaluator"):
+        args = services[name]["build"].get("args") or {}
+        _expect(args.get("WHEELS") == "wheelhouse", f"{name}: build args {args}")
+    _expect(not collisions(model), f"collisions with the local override: {collisions(model)}")
+    main = compose_config(binary)
+    _expect("grafana" in main["services"], "the main file must keep grafana")
+    _expect(main["services"]["redis"]["image"].startswith("redis:"), "main file: official redis")
+    print(
+        f"compose: local override valid at --scale actor={SCALE}: local Redis and "
+        "Prometheus images, offline build args, no Grafana; main file keeps the official images"
+    )
 
 
 # --- kubernetes -------------------------------------------------------------------------

@@ -44,3 +44,44 @@ def redis_keys(redis_client: redis.Redis) -> Iterator[RedisKeys]:
     stale = list(redis_client.scan_iter(match=f"{keys.prefix}:*", count=1000))
     if stale:
         redis_client.delete(*stale)
+
+
+@pytest.fixture(scope="session")
+def local_images() -> Iterator[str]:
+    """A Docker engine holding `make image`'s images (actorq:latest, actorq-local/*).
+
+    scripts/docker_engine.sh installs Debian's docker.io and starts dockerd when no engine
+    answers; scripts/build_images.sh builds the images (base image and layers cached).
+    An engine this fixture started is stopped again at the end of the session; the images
+    stay in its store for the next run. Yields the docker CLI's path.
+    """
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    docker = shutil.which("docker")
+    was_running = docker is not None and _docker_answers(docker)
+    _run_script(root / "scripts" / "docker_engine.sh", "start")
+    try:
+        _run_script(root / "scripts" / "build_images.sh")
+        yield shutil.which("docker") or "docker"
+    finally:
+        if not was_running:
+            _run_script(root / "scripts" / "docker_engine.sh", "stop")
+
+
+def _docker_answers(docker: str) -> bool:
+    import subprocess
+
+    return subprocess.run([docker, "info"], capture_output=True, check=False).returncode == 0
+
+
+def _run_script(*args: object) -> None:
+    import subprocess
+
+    proc = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, check=False, timeout=1500
+    )
+    print(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"{args[0]} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")

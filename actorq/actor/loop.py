@@ -25,6 +25,7 @@ from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.stepper import VectorStepper
+from actorq.breakdown import LOOP_PHASES, PhaseClock
 from actorq.config import ActorSettings
 from actorq.exploration import OUNoise, apex_epsilon, epsilon_greedy, gaussian_action_noise
 from actorq.redis_keys import RedisKeys
@@ -166,6 +167,12 @@ class Actor(_EnvWorker):
         self.precision = "int8"
         self.limiter = _actor_limiter(settings)
         self._backoff = 0.05
+        # Runtime breakdown of each env-loop step (actorq.breakdown).
+        self.clock = PhaseClock(LOOP_PHASES, metrics.ACTOR_STEP_PHASE_SECONDS, (self.instance,))
+        self.loop_seconds = 0.0
+        self.loop_steps = 0
+        self._loop_started: float | None = None
+        self._exported = (0.0, 0)  # loop seconds and steps already exported
 
     def _ou_noise(self) -> OUNoise:
         act_dim = int(self.env.single_action_space.shape[0])
@@ -184,11 +191,38 @@ class Actor(_EnvWorker):
             self.epsilon.max(),
             self.epsilon.min(),
         )
+        loop_started = self._loop_started = time.perf_counter()
         while not self.stop.is_set() and not self._budget_spent():
+            self.clock.start()
             obs = self._step(obs)
             if self.pending.count >= self.s.push_every:
                 self._push()
+            self.loop_steps += 1
         self._push(final=True)
+        self.loop_seconds = time.perf_counter() - loop_started
+        self._export_loop_time()
+
+    def _export_loop_time(self) -> None:
+        """Loop seconds and steps to Prometheus, on each push rather than on every step."""
+        seconds = self.loop_seconds or self._loop_seconds_so_far()
+        metrics.ACTOR_LOOP_SECONDS.labels(self.instance).inc(seconds - self._exported[0])
+        metrics.ACTOR_LOOP_STEPS.labels(self.instance).inc(self.loop_steps - self._exported[1])
+        self._exported = (seconds, self.loop_steps)
+
+    def breakdown_counters(self) -> dict[str, float]:
+        """GetStatus counters of the runtime breakdown; loop time so far while running."""
+        return {
+            **self.clock.counters("step_seconds"),
+            "loop_seconds": self.loop_seconds or self._loop_seconds_so_far(),
+            "loop_steps": float(self.loop_steps),
+        }
+
+    def _loop_seconds_so_far(self) -> float:
+        # Read from the gRPC thread mid-step: count the loop only up to the latest phase
+        # mark, or a long wait in progress (rate limiter) would look like untimed work.
+        if self._loop_started is None:
+            return 0.0
+        return max(self.clock.last_mark - self._loop_started, 0.0)
 
     def _budget_spent(self) -> bool:
         return self.s.max_env_steps > 0 and self.env_steps >= self.s.max_env_steps
@@ -197,6 +231,7 @@ class Actor(_EnvWorker):
         policy = self.follower.current
         assert policy is not None  # run() waits for the first policy
         out = self.q_values(policy, obs)
+        self.clock.mark("inference")
         if not self.continuous:
             return epsilon_greedy(out, self.epsilon, self.rng), policy.version, policy.precision
         if self.env_steps < self.s.random_steps:  # uniform warm-up fills replay broadly
@@ -209,7 +244,9 @@ class Actor(_EnvWorker):
 
     def _step(self, obs: np.ndarray) -> np.ndarray:
         actions, version, precision = self._actions(obs)
+        self.clock.mark("explore")
         step = self.stepper.step(actions)
+        self.clock.mark("env_step")
         v = step.valid
         if self.nstep is not None:
             done = self.nstep.add(
@@ -231,6 +268,7 @@ class Actor(_EnvWorker):
         steps = int(v.sum())
         self._count_steps(steps)
         self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version)
+        self.clock.mark("record")
         return step.obs
 
     def _track_episodes(self, rewards: np.ndarray, ended: np.ndarray, version: int) -> None:
@@ -249,17 +287,22 @@ class Actor(_EnvWorker):
             acknowledged = self.writer.write(batch)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
+            self.clock.mark("push")  # the backoff wait included: it is time not acting
             return
         # Acknowledged: forget them now, so a later error cannot send them twice.
         self.pending.clear()
+        self._export_loop_time()
         self.inserted += acknowledged
         self._backoff = 0.05
         metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(acknowledged)
         try:
             self.episodes.flush(self.client, self.keys, self.s.episodes_maxlen)
+            self.clock.mark("push")
             self._respect_rate_limit()
+            self.clock.mark("rate_limit_wait")
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
+            self.clock.mark("push")
 
     def _on_redis_error(self, exc: Exception, final: bool) -> None:
         metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()

@@ -3,8 +3,10 @@
 The env loop reads `follower.current` once per step and never waits: a new version is
 fetched, verified (sha256, shapes) and built off the loop's thread, then swapped in with
 one reference assignment. A bad blob is refused and counted, and the previous policy is
-kept. When the quantizer is away the thread reconnects with backoff while the actor keeps
-acting on its last good policy.
+kept. The follower asks for each version as a delta from the one it holds; a delta that
+does not apply or verify is counted and the full blob fetched instead. When the
+quantizer is away the thread reconnects with backoff while the actor keeps acting on
+its last good policy.
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ import grpc
 import torch
 
 from actorq import metrics
+from actorq.breakdown import POLICY_PHASES, PhaseClock
 from actorq.models import MLPSpec
-from actorq.quant import BlobError, build_policy_module, decode_policy, precision_name
+from actorq.quant import (
+    BlobError,
+    PolicyArrays,
+    build_policy_module,
+    decode_blob,
+    precision_name,
+)
+from actorq.quant.delta import apply_delta
 from actorq.rpc import make_channel
 from actorq.security.signing import NO_KEYS, PolicyKeys
 from actorq.security.tls import TlsConfig
@@ -38,6 +48,11 @@ class LoadedPolicy:
     precision: str
     module: torch.nn.Module
     blob_bytes: int
+    """Bytes fetched for this version (a delta's size when it came as one)."""
+    arrays: PolicyArrays | None = None
+    """The decoded version: the base the next delta applies to."""
+    kind: str = "full"
+    """How it came: "full", "sparse" (a full blob with sparse layers) or "delta"."""
 
 
 class PolicyFollower:
@@ -67,7 +82,10 @@ class PolicyFollower:
         self.rejections_by_reason: dict[str, int] = {}
         self.loads = 0
         self.bytes_received = 0
+        self.bytes_by_kind = {"full": 0, "sparse": 0, "delta": 0}
+        self.delta_fallbacks = 0
         self._loaded_event = threading.Event()
+        self.clock = PhaseClock(POLICY_PHASES, metrics.ACTOR_POLICY_PHASE_SECONDS, (instance_id,))
 
     def start(self) -> PolicyFollower:
         self._thread.start()
@@ -117,55 +135,108 @@ class PolicyFollower:
                 call.cancel()
                 return
 
-    def _fetch(self, stub: ps_grpc.ParameterServerStub, version: int) -> bytes:
+    def _fetch(
+        self, stub: ps_grpc.ParameterServerStub, version: int, base_version: int = 0
+    ) -> tuple[bytes, bool]:
+        """(envelope bytes, whether they are a delta from `base_version`)."""
         parts: list[bytes] = []
         expected_offset = 0
         total = 0
-        for chunk in stub.GetPolicy(
-            ps_pb2.GetPolicyRequest(version=version, actor_id=self._instance), timeout=30.0
-        ):
+        kinds: set[int] = set()
+        request = ps_pb2.GetPolicyRequest(
+            version=version, actor_id=self._instance, base_version=base_version
+        )
+        for chunk in stub.GetPolicy(request, timeout=30.0):
             if chunk.offset != expected_offset or chunk.version != version:
                 raise BlobError(
                     f"chunk for version {chunk.version} at offset {chunk.offset} out of order"
                 )
             parts.append(chunk.data)
+            kinds.add(chunk.kind)
             expected_offset += len(chunk.data)
             total = chunk.total_bytes
         if expected_offset != total:
             raise BlobError(f"blob truncated: got {expected_offset} of {total} bytes")
-        return b"".join(parts)
+        is_delta = ps_pb2.BLOB_KIND_DELTA in kinds
+        if is_delta and (len(kinds) > 1 or not base_version):
+            raise BlobError(f"server sent a delta for version {version} that was not asked for")
+        return b"".join(parts), is_delta
 
     def _load(
         self, stub: ps_grpc.ParameterServerStub, announcement: ps_pb2.PolicyAnnouncement
     ) -> None:
         started = time.perf_counter()
+        self.clock.start()
         try:
-            envelope = self._fetch(stub, announcement.version)
+            arrays, kind, size = self._receive(stub, announcement)
+            if arrays.version != announcement.version:
+                raise BlobError(
+                    f"blob holds version {arrays.version}, expected {announcement.version}"
+                )
+            module = build_policy_module(arrays)
+            self.clock.mark("build")
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:  # already trimmed; a newer one is coming
                 return
             raise
-        try:
-            policy = decode_policy(envelope, self._spec, self._keys)
-            if policy.version != announcement.version:
-                raise BlobError(
-                    f"blob holds version {policy.version}, expected {announcement.version}"
-                )
-            module = build_policy_module(policy)
         except (BlobError, ValueError) as exc:
             self._reject(announcement.version, exc)
             return
-        self.bytes_received += len(envelope)
+        self.bytes_received += size
+        self.bytes_by_kind[kind] += size
+        metrics.ACTOR_POLICY_BYTES_RECEIVED.labels(self._instance, kind).inc(size)
         self.current = LoadedPolicy(
-            policy.version, precision_name(policy.precision), module, len(envelope)
+            arrays.version, precision_name(arrays.precision), module, size, arrays, kind
         )
         self.loads += 1
         self._loaded_event.set()
         metrics.ACTOR_POLICY_LOAD_SECONDS.labels(self._instance).observe(
             time.perf_counter() - started
         )
-        metrics.ACTOR_POLICY_VERSION.labels(self._instance).set(policy.version)
-        metrics.ACTOR_POLICY_LAG.labels(self._instance).set(self.latest_announced - policy.version)
+        metrics.ACTOR_POLICY_VERSION.labels(self._instance).set(arrays.version)
+        metrics.ACTOR_POLICY_LAG.labels(self._instance).set(self.latest_announced - arrays.version)
+
+    def _receive(
+        self, stub: ps_grpc.ParameterServerStub, announcement: ps_pb2.PolicyAnnouncement
+    ) -> tuple[PolicyArrays, str, int]:
+        """(decoded version, how it came, bytes fetched): a delta from the held version
+        when the server has one, else (or when the delta fails) the full blob."""
+        held = self.current.arrays if self.current else None
+        version = announcement.version
+        envelope, is_delta = self._fetch(stub, version, held.version if held else 0)
+        self.clock.mark("policy_pull")
+        if is_delta:
+            arrays = self._delta_target(held, envelope, announcement)
+            self.clock.mark("verify_deserialize")
+            if arrays is not None:
+                return arrays, "delta", len(envelope)
+            envelope, _ = self._fetch(stub, version)
+            self.clock.mark("policy_pull")
+        arrays = decode_blob(envelope, self._spec, self._keys)
+        self.clock.mark("verify_deserialize")
+        return arrays, arrays.kind, len(envelope)
+
+    def _delta_target(
+        self,
+        held: PolicyArrays | None,
+        envelope: bytes,
+        announcement: ps_pb2.PolicyAnnouncement,
+    ) -> PolicyArrays | None:
+        """The announced version rebuilt from a delta, or None (counted) if it fails."""
+        try:
+            if held is None:
+                raise BlobError("a delta arrived but no version is held")
+            return apply_delta(held, envelope, self._keys, expected_sha256=announcement.sha256)
+        except BlobError as exc:
+            self.delta_fallbacks += 1
+            reason = type(exc).__name__
+            metrics.ACTOR_POLICY_DELTA_FALLBACKS.labels(self._instance, reason).inc()
+            log.info(
+                "delta to version %d refused (%s); fetching the full blob",
+                announcement.version,
+                exc,
+            )
+            return None
 
     def _reject(self, version: int, exc: Exception) -> None:
         self.rejections += 1

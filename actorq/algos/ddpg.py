@@ -94,6 +94,7 @@ class DDPGLearner:
         config: DDPGConfig,
         device: str = "cpu",
         seed: int = 0,
+        fast: bool = True,
     ) -> None:
         self.config = config
         self.act_dim = act_dim
@@ -111,8 +112,8 @@ class DDPGLearner:
             ).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.actor_opt = adam(self.actor, config.actor_lr, self.device)
-        self.critic_opt = adam(self.critics, config.critic_lr, self.device)
+        self.actor_opt = adam(self.actor, config.actor_lr, self.device, fast)
+        self.critic_opt = adam(self.critics, config.critic_lr, self.device, fast)
         self._num_updates = 0
         self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
         self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None

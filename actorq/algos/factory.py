@@ -10,6 +10,7 @@ from actorq.algos.base import Algorithm
 from actorq.algos.d4pg import D4PGConfig, D4PGLearner
 from actorq.algos.ddpg import DDPGConfig, DDPGLearner
 from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.algos.ppo import A2CConfig, APPOConfig, OnPolicyLearner, PPOConfig
 from actorq.algos.sac import SACConfig, SACLearner
 from actorq.algos.td3 import TD3Config, TD3Learner
 from actorq.models.mlp import MLPSpec
@@ -20,9 +21,14 @@ _REGISTRY: dict[str, tuple[type, type]] = {
     "td3": (TD3Config, TD3Learner),
     "sac": (SACConfig, SACLearner),
     "d4pg": (D4PGConfig, D4PGLearner),
+    # On-policy: trajectory segments instead of replay (actorq.learner.onpolicy_loop).
+    "ppo": (PPOConfig, OnPolicyLearner),
+    "appo": (APPOConfig, OnPolicyLearner),
+    "a2c": (A2CConfig, OnPolicyLearner),
 }
 ALGORITHMS: tuple[str, ...] = tuple(_REGISTRY)
 CONTINUOUS_ALGORITHMS: tuple[str, ...] = ("ddpg", "td3", "sac", "d4pg")
+ON_POLICY_ALGORITHMS: tuple[str, ...] = ("ppo", "appo", "a2c")
 
 
 def _check_name(name: str) -> None:
@@ -34,6 +40,12 @@ def is_continuous(name: str) -> bool:
     """Whether algorithm `name` acts in continuous (Box) action spaces."""
     _check_name(name)
     return name in CONTINUOUS_ALGORITHMS
+
+
+def is_on_policy(name: str) -> bool:
+    """Whether algorithm `name` learns from trajectory segments (no replay)."""
+    _check_name(name)
+    return name in ON_POLICY_ALGORITHMS
 
 
 def config_prefix(name: str) -> str:
@@ -65,9 +77,18 @@ def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...], config: Any = N
 
     Raises EnvError when the env is unknown or its action space does not fit the algorithm.
     """
-    from actorq.envs import describe_env
+    from actorq.envs import EnvError, describe_env
 
     info = describe_env(env_id, continuous=is_continuous(algo))
+    if info.pixels:  # minatar:, ale: -> the zoo's CNN (actorq.models.cnn)
+        if not is_on_policy(algo):
+            raise EnvError(
+                f"{env_id!r} has pixel observations; CNN policies run with --algo ppo, appo "
+                f"or a2c so far (the replay path of {algo} stores flat float32 observations)"
+            )
+        from actorq.models.cnn import cnn_spec_for
+
+        return cnn_spec_for(info.obs_shape, info.num_actions)  # type: ignore[return-value]
     if info.continuous:
         norm = bool(getattr(config, "obs_norm", False))
         return MLPSpec(info.obs_dim, info.act_dim, hidden, "relu", "tanh", input_norm=norm)
@@ -82,11 +103,15 @@ def make_algorithm(
     config: Any = None,
     device: str = "cpu",
     seed: int = 0,
+    fast: bool = True,
+    spec: Any = None,
 ) -> Algorithm:
     """A fresh learner. `num_outputs`: actions for DQN, action dimensions otherwise.
 
     `config` defaults to the algorithm's config with its defaults; a config of another
-    algorithm is refused.
+    algorithm is refused. `fast=False` builds the plain torch update path (torch.optim.Adam
+    and clip_grad_norm_), the reference the fast path is tested and benchmarked against.
+    `spec` (on-policy algorithms only) replaces the MLP: a CNNSpec for pixel envs.
     """
     _check_name(name)
     config_cls, learner_cls = _REGISTRY[name]
@@ -94,5 +119,8 @@ def make_algorithm(
     if type(config) is not config_cls:
         raise TypeError(f"{name} needs a {config_cls.__name__}, got {type(config).__name__}")
     if name == "dqn":
-        return learner_cls(MLPSpec(obs_dim, num_outputs, hidden), config, device, seed)
-    return learner_cls(obs_dim, num_outputs, hidden, config, device, seed)
+        return learner_cls(MLPSpec(obs_dim, num_outputs, hidden), config, device, seed, fast)
+    if name in ON_POLICY_ALGORITHMS:  # their own update path; a CNNSpec for pixel envs
+        extra = {} if spec is None else {"spec": spec}
+        return learner_cls(obs_dim, num_outputs, hidden, config, device, seed, **extra)
+    return learner_cls(obs_dim, num_outputs, hidden, config, device, seed, fast)

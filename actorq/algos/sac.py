@@ -37,6 +37,7 @@ from actorq.algos.base import (
     weights_tensor,
     with_input_norm,
 )
+from actorq.algos.optim import FastAdam
 from actorq.models.mlp import MLPSpec, QNetwork, linear_layer_names
 from actorq.normalize import RunningMeanStd
 
@@ -115,6 +116,7 @@ class SACLearner:
         config: SACConfig,
         device: str = "cpu",
         seed: int = 0,
+        fast: bool = True,
     ) -> None:
         self.config = config
         self.act_dim = act_dim
@@ -136,9 +138,13 @@ class SACLearner:
         self.target_entropy = (
             -float(act_dim) if config.target_entropy is None else config.target_entropy
         )
-        self.actor_opt = adam(self.actor, config.actor_lr, self.device)
-        self.critic_opt = adam(self.critics, config.critic_lr, self.device)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr)
+        self.actor_opt = adam(self.actor, config.actor_lr, self.device, fast)
+        self.critic_opt = adam(self.critics, config.critic_lr, self.device, fast)
+        self.alpha_opt = (
+            FastAdam([self.log_alpha], lr=config.alpha_lr)
+            if fast
+            else torch.optim.Adam([self.log_alpha], lr=config.alpha_lr, fused=True)
+        )
         self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
         self._num_updates = 0
         self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None

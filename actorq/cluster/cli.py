@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from actorq.cluster.specs import ClusterConfig
+from actorq.cluster.specs import REDIS_IMAGE, ClusterConfig
 from actorq.config import PRECISIONS
 
 EXIT_NO_ENGINE = 3
@@ -20,6 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--actors", type=int, default=2, help="actor containers (up, scale)")
     parser.add_argument("--name", default="actorq", help="cluster name (labels, name prefix)")
     parser.add_argument("--image", default="actorq:latest", help="image built from Dockerfile")
+    parser.add_argument(
+        "--redis-image",
+        default=REDIS_IMAGE,
+        help="Redis image (no registry: actorq-local/redis:bookworm from `make image`)",
+    )
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
     parser.add_argument("--envs-per-actor", type=int, default=8, help="envs per actor")
     parser.add_argument("--precision", choices=PRECISIONS, default="int8")
@@ -36,6 +41,7 @@ def config_from_args(args: argparse.Namespace) -> ClusterConfig:
         envs_per_actor=args.envs_per_actor,
         env_id=args.env,
         precision=args.precision,
+        redis_image=args.redis_image,
     )
 
 

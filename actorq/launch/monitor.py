@@ -6,12 +6,13 @@ import contextlib
 import math
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import grpc
 import redis
 
 from actorq.actor.episodes import Episode, parse_episode
+from actorq.breakdown import actor_breakdown, publish_breakdown
 from actorq.launch.processes import ServiceProcess
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import make_channel
@@ -37,14 +38,26 @@ class ProgressSample:
     learner_wait_fraction: float
     learner_sample_fraction: float
     blob_bytes: int
+    dense_fp32_bytes: int
+    delta_bytes_median: float
     broadcast_bytes_total: int
     bytes_saved_total: int
     policy_rejections: int
+    # On-policy learners' importance-ratio and lag figures (onpolicy_*), flattened in rows.
+    extra: dict[str, float] = field(default_factory=dict)
+    # Runtime breakdown (actorq.breakdown): seconds per actor step and per published version.
+    actor_breakdown: dict = field(default_factory=dict)
+    publish_breakdown: dict = field(default_factory=dict)
+    # The quantizer's guard (actorq.guard): divergence of the newest version, fallbacks.
+    guard: dict = field(default_factory=dict)
+    # CPU seconds of all services so far (set by the launcher, which owns the processes).
+    cpu_seconds: float = 0.0
 
     def row(self) -> dict[str, float | int | None]:
+        values = asdict(self)
+        values.update(values.pop("extra"))
         return {
-            k: (None if isinstance(v, float) and math.isnan(v) else v)
-            for k, v in asdict(self).items()
+            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()
         }
 
 
@@ -62,6 +75,9 @@ class _StatusClient:
         with contextlib.suppress(grpc.RpcError):
             self.last = self.stub.GetStatus(control_pb2.GetStatusRequest(), timeout=1.0)
         return self.last
+
+    def counters(self) -> dict[str, float]:
+        return dict(self.last.counters) if self.last else {}
 
     def counter(self, name: str, default: float = 0.0) -> float:
         return self.last.counters.get(name, default) if self.last else default
@@ -146,16 +162,29 @@ class RunMonitor:
             learner_wait_fraction=round(lrn.counter("wait_fraction"), 4),
             learner_sample_fraction=round(lrn.counter("sample_fraction"), 4),
             blob_bytes=int(qz.counter("blob_bytes")),
+            dense_fp32_bytes=int(qz.counter("dense_fp32_bytes")),
+            delta_bytes_median=qz.counter("delta_bytes_median"),
             broadcast_bytes_total=int(qz.counter("broadcast_bytes_total")),
             bytes_saved_total=int(qz.counter("bytes_saved_total")),
             policy_rejections=int(
                 sum(a.total("policy_rejections") for a in [*self.actors, self.evaluator])
             ),
+            extra=_onpolicy_counters(lrn),
+            actor_breakdown=actor_breakdown([a.counters() for a in self.actors]),
+            publish_breakdown=publish_breakdown(qz.counters()),
+            guard={k: v for k, v in qz.counters().items() if k.startswith("guard_")},
         )
 
     def close(self) -> None:
         for c in [self.learner, self.quantizer, *self.actors, self.evaluator]:
             c.channel.close()
+
+
+def _onpolicy_counters(learner: _StatusClient) -> dict[str, float]:
+    if learner.last is None:
+        return {}
+    names = ("onpolicy_", "segment")
+    return {k: round(v, 5) for k, v in learner.last.counters.items() if k.startswith(names)}
 
 
 def _mean(values: deque[float]) -> float:

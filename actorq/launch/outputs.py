@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ class Summary:
     policy_versions: int
     blob_bytes: int
     fp32_equivalent_bytes: int
+    dense_fp32_bytes: int  # the newest version as a dense fp32 blob (baseline of ratios)
+    delta_bytes_median: float  # median stored delta between consecutive versions (0: none)
     broadcast_bytes_total: int
     bytes_saved_total: int
     eval_episodes: int
@@ -44,8 +47,32 @@ class Summary:
     seed: int
     hidden: list[int]
     checkpoint: str | None
-    cpu_seconds: dict[str, float]  # per service, measured just before shutdown
+    cpu_seconds: dict[str, float]  # per service, up to its exit (incl. embedded "redis")
     restarts: dict[str, int]  # per service (learners count as one group), incl. "redis"
+    # Read after the learner and quantizer stopped (actorq.launch.final): `policy_versions`
+    # and `learner_updates` above come from here, not from the last progress poll.
+    transitions_inserted: int | None = None  # acknowledged by Redis
+    final_records: dict[str, Any] = field(default_factory=dict)
+    # Seconds per actor step by phase (+ measured step time and coverage), and per
+    # published version by phase; see actorq.breakdown.
+    actor_breakdown: dict[str, Any] = field(default_factory=dict)
+    publish_breakdown: dict[str, Any] = field(default_factory=dict)
+    # Joules and grams CO2e per service and in total; `method` says "rapl" (measured) or
+    # "estimate" (CPU seconds x watts per core); see actorq.energy.
+    energy: dict[str, Any] = field(default_factory=dict)
+    # The quantizer's guard: threshold, newest and largest divergence as broadcast and
+    # before fallbacks, versions and layers that fell back (actorq.guard).
+    guard: dict[str, Any] = field(default_factory=dict)
+    # Sparse training (actorq.sparse; continuous algorithms, dense runs too): share of zero
+    # weights per network and in total, training FLOPs as trained and dense-equivalent,
+    # FLOPs of one action of the broadcast policy; None for DQN.
+    sparsity: dict[str, float] | None = None
+    train_flops: float | None = None
+    dense_train_flops: float | None = None
+    inference_flops: float | None = None
+    dense_inference_flops: float | None = None
+    topology_updates: int | None = None
+    replay_capacity: int | None = None
 
 
 def _clean(value: Any) -> Any:
@@ -157,3 +184,27 @@ def _running_mean(values: list[float], window: int) -> list[float]:
             total -= values[i - window]
         out.append(total / min(i + 1, window))
     return out
+
+
+def sparse_summary(run_dir: Path, monitor: RunMonitor) -> dict:
+    """Sparsity and FLOPs: the learner's final checkpoint facts, else its last status."""
+    facts: Mapping[str, float] = {}
+    meta = run_dir / "checkpoints" / "checkpoint.json"
+    if meta.exists():
+        facts = json.loads(meta.read_text()).get("rlx2", {})
+    if not facts and monitor.learner.last is not None:
+        facts = dict(monitor.learner.last.counters)
+    if "train_flops" not in facts:
+        return {}
+    sparsity = {
+        k.removeprefix("sparsity_"): v for k, v in facts.items() if k.startswith("sparsity_")
+    }
+    return {
+        "sparsity": {k: round(v, 6) for k, v in sparsity.items()},
+        "train_flops": facts["train_flops"],
+        "dense_train_flops": facts["dense_train_flops"],
+        "inference_flops": facts["inference_flops"],
+        "dense_inference_flops": facts["dense_inference_flops"],
+        "topology_updates": int(facts["topology_updates"]),
+        "replay_capacity": int(facts["replay_capacity"]),
+    }

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from actorq.launch.zygote import Zygote, ZygoteChild
 from actorq.procutil import die_with_parent
 from actorq.rpc import make_channel
 
@@ -32,10 +33,18 @@ class ServiceProcess:
     log_path: Path
     grpc_port: int
     niceness: int = 0  # >0 lowers the scheduling priority (actors yield CPU to the learner)
-    proc: subprocess.Popen | None = field(default=None, repr=False)
+    zygote: Zygote | None = field(default=None, repr=False)  # fork from it when set
+    proc: subprocess.Popen | ZygoteChild | None = field(default=None, repr=False)
+    # CPU seconds up to exit: includes its shutdown work (see wait_stopped).
+    final_cpu_seconds: float | None = field(default=None, repr=False)
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.final_cpu_seconds = None
+        if self.zygote is not None:
+            env = {**os.environ, **self.env}
+            self.proc = self.zygote.spawn(self.module, env, str(self.log_path), self.niceness)
+            return
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module],
@@ -90,16 +99,46 @@ class ServiceProcess:
         """Wait for exit; SIGKILL after `timeout`. Returns the exit code."""
         if self.proc is None:
             return 0
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+        if isinstance(self.proc, ZygoteChild):  # the zygote reaps it and reports its CPU
+            try:
+                code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                code = self.proc.wait()
+            self.final_cpu_seconds = self.proc.cpu_seconds
+            return code
+        if self._wait_exited_unreaped(timeout):
+            self.final_cpu_seconds = self.cpu_seconds()
+        else:
             self.proc.kill()
-            return self.proc.wait()
+        return self.proc.wait()
+
+    def _wait_exited_unreaped(self, timeout: float) -> bool:
+        """Wait for exit without reaping (WNOWAIT), so /proc still holds the final CPU
+        times; False on timeout. True too when it was already reaped (CPU then unknown).
+        Spawn mode only: a forked service is the zygote's child, not ours."""
+        assert isinstance(self.proc, subprocess.Popen)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.returncode is not None:
+                return True
+            try:
+                flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+                if os.waitid(os.P_PID, self.proc.pid, flags) is not None:
+                    return True
+            except ChildProcessError:  # reaped elsewhere (poll())
+                return True
+            time.sleep(0.02)
+        return False
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU seconds used so far (Linux /proc), None when unknown."""
         if self.proc is None:
             return None
+        if isinstance(self.proc, ZygoteChild) and self.proc.returncode is not None:
+            return self.proc.cpu_seconds  # reaped by the zygote, which read its rusage
+        if self.proc.returncode is not None:  # reaped: its pid may belong to another process
+            return self.final_cpu_seconds
         try:
             fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 import time
@@ -24,14 +25,18 @@ import redis
 from actorq.algos.factory import (
     config_prefix,
     is_continuous,
+    is_on_policy,
     load_algorithm_config,
     policy_spec,
 )
 from actorq.config import RunSettings, redact_url
+from actorq.energy import EnergyMeter, PowerModel
+from actorq.launch.final import FinalRecords, read_final_records, redis_cpu_seconds
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import (
     Summary,
     append_metrics,
+    sparse_summary,
     write_episodes,
     write_json,
     write_plots,
@@ -40,6 +45,7 @@ from actorq.launch.outputs import (
 from actorq.launch.processes import ServiceProcess, stop_in_order
 from actorq.launch.progress import ProgressView
 from actorq.launch.supervisor import Supervisor
+from actorq.launch.zygote import Zygote
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis, check_redis, find_free_port
@@ -159,6 +165,8 @@ def _learner(
         "ACTORQ_DIST_ADDR": dist_addr,
         "ACTORQ_ALGO": settings.algo,
         **_qat_env(settings),
+        **({"ACTORQ_PUBLISH_EVERY": "1"} if is_on_policy(settings.algo) else {}),
+        **_sparse_env(settings),
     }
     if rank == 0:
         env["ACTORQ_CHECKPOINT_DIR"] = str(run_dir / "checkpoints")
@@ -189,6 +197,7 @@ def _actor(
         "ACTORQ_MAX_ENV_STEPS": str(budget),
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
         **_continuous_actor_env(settings),
+        **({} if evaluator else _onpolicy_actor_env(settings)),
     }
     # On one machine the learner is the critical path: actors and the evaluator get a lower
     # priority so that they use spare CPU rather than share the learner's core.
@@ -201,6 +210,37 @@ def _qat_env(settings: RunSettings) -> dict[str, str]:
     if not settings.qat_bits:
         return {}
     return {f"{config_prefix(settings.algo)}QAT_BITS": str(settings.qat_bits)}
+
+
+def _onpolicy_actor_env(settings: RunSettings) -> dict[str, str]:
+    """On-policy actors stream T-step segments; the queue they may run ahead of the
+    learner is one update's worth of segments, so data is at most about one version old."""
+    if not is_on_policy(settings.algo):
+        return {}
+    config = load_algorithm_config(settings.algo)
+    from actorq.envs import describe_env
+
+    pixels = describe_env(settings.env).pixels
+    return {
+        "ACTORQ_OBS_CODEC": "zstd" if pixels else "none",  # uint8 frames compress well
+        "ACTORQ_UNROLL_LENGTH": str(settings.unroll),
+        "ACTORQ_ONPOLICY_QUEUE_SEGMENTS": str(config.segments_per_update),
+    }
+
+
+def _sparse_env(settings: RunSettings) -> dict[str, str]:
+    """RLx2's recipe scaled to the run's budget (actorq.sparse.config.recipe_environ);
+    ACTORQ_* variables already set in this process's environment win."""
+    if not (settings.sparsity_actor or settings.sparsity_critic):
+        return {}
+    from actorq.sparse.config import recipe_environ
+
+    config = load_algorithm_config(settings.algo)
+    updates = settings.max_env_steps * settings.samples_per_insert / config.batch_size
+    env = recipe_environ(
+        settings.sparsity_actor, settings.sparsity_critic, settings.algo, int(updates)
+    )
+    return {k: v for k, v in env.items() if k not in os.environ or k.startswith("ACTORQ_SPARSITY")}
 
 
 def _continuous_actor_env(settings: RunSettings) -> dict[str, str]:
@@ -237,12 +277,17 @@ class _StopFlag:
             signal.signal(sig, handler)
 
 
-def run(settings: RunSettings) -> int:
-    """Run training to the target or budget; returns the process exit code."""
+def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
+    """Run training to the target or budget; returns the process exit code.
+
+    `zygote`: services are forked from it (already importing in the background, see
+    actorq.launch.zygote); None starts them as separate interpreters.
+    """
     started = time.perf_counter()  # wall_seconds counts from here, start-up included
     # Unknown env or wrong action kind for the algorithm: clear error before anything starts.
     config = load_algorithm_config(settings.algo)  # bad ACTORQ_<ALGO>_* values: same
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
+    meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
@@ -260,7 +305,17 @@ def run(settings: RunSettings) -> int:
             embedded.start()
             redis_url = embedded.url
         return _run_cluster(
-            settings, spec, run_dir, redis_url, password, prefix, stop, started, embedded
+            settings,
+            spec,
+            run_dir,
+            redis_url,
+            password,
+            prefix,
+            stop,
+            started,
+            embedded,
+            meter,
+            zygote,
         )
     finally:
         if embedded is not None:
@@ -306,14 +361,19 @@ def _run_cluster(
     stop: _StopFlag,
     started: float,
     embedded: EmbeddedRedis | None,
+    meter: EnergyMeter,
+    zygote: Zygote | None,
 ) -> int:
     cluster = _plan(settings, run_dir, redis_url, prefix)
+    for proc in cluster.all:
+        proc.zygote = zygote
     write_json(
         run_dir / "config.json", _resolved_config(settings, run_dir, prefix, redis_url, cluster)
     )
     view = ProgressView(settings, run_dir)
     supervisor = _supervisor(cluster, embedded, view)
     monitor: RunMonitor | None = None
+    client: redis.Redis | None = None
     code = EXIT_OK
     try:
         _start(cluster, view)
@@ -332,20 +392,49 @@ def _run_cluster(
         stop.reason = stop.reason or str(exc)
         code = EXIT_SERVICE_FAILED
     finally:
-        cpu = {proc.name: proc.cpu_seconds() for proc in cluster.all}
+        if monitor is not None and code == EXIT_OK:
+            # One last poll as close to the stop as possible: env steps and the breakdown
+            # come from the services' status (versions and updates from `records` below).
+            append_metrics(run_dir / "metrics.jsonl", monitor.poll())
+        running_cpu = {proc.name: proc.cpu_seconds() for proc in cluster.all}
         view.message("stopping services ...")
         stop_in_order([[*cluster.actors, cluster.evaluator], cluster.learners, [cluster.quantizer]])
         view.close()
+    # Everything below is read after the services stopped: the learner's final publish,
+    # progress report and checkpoint, and each process's CPU time up to its exit.
+    cpu = {p.name: _final_cpu(p, running_cpu[p.name]) for p in cluster.all}
+    if embedded is not None:
+        cpu["redis"] = redis_cpu_seconds(client)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu["launcher"] = own.ru_utime + own.ru_stime  # monitor polls, progress view, outputs
+    records = read_final_records(client, RedisKeys(prefix), run_dir / "checkpoints")
     if monitor is not None:
         _write_outputs(
-            settings, spec, run_dir, monitor, stop.reason, view, cpu, dict(supervisor.restarts)
+            settings,
+            spec,
+            run_dir,
+            monitor,
+            stop.reason,
+            view,
+            cpu,
+            dict(supervisor.restarts),
+            records,
+            meter.report({k: v for k, v in cpu.items() if v is not None}),
         )
         monitor.close()
+    if client is not None:
+        client.close()
     if stop.reason.startswith("interrupted"):
         code = EXIT_INTERRUPTED
     if code == EXIT_SERVICE_FAILED:
         print(f"error: {stop.reason}", file=sys.stderr)
     return code
+
+
+def _final_cpu(proc: ServiceProcess, running: float | None) -> float | None:
+    """CPU seconds up to exit when the process could be read before reaping, else the
+    last reading while it ran."""
+    return proc.final_cpu_seconds if proc.final_cpu_seconds is not None else running
 
 
 def _start(cluster: _Cluster, view: ProgressView) -> None:
@@ -395,6 +484,7 @@ def _watch(
     while not stop.reason:
         time.sleep(0.5)
         sample = monitor.poll()
+        sample.cpu_seconds = round(sum(p.cpu_seconds() or 0.0 for p in cluster.all), 3)
         append_metrics(metrics_path, sample)
         view.update(sample)
         failed = supervisor.check()
@@ -453,6 +543,8 @@ def _write_outputs(
     view: ProgressView,
     cpu: dict[str, float | None],
     restarts: dict[str, int],
+    records: FinalRecords,
+    energy: dict,
 ) -> None:
     last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
     checkpoint = run_dir / "checkpoints" / "checkpoint.pt"
@@ -465,16 +557,18 @@ def _write_outputs(
         replay=settings.replay,
         envs_per_actor=settings.envs_per_actor,
         env_steps=last.env_steps if last else 0,
-        learner_updates=last.learner_updates if last else 0,
+        learner_updates=_final(records.learner_updates, last.learner_updates if last else 0),
         wall_seconds=last.wall_seconds if last else 0.0,
         final_mean_return=last.eval_mean_return if last else None,
         train_mean_return=last.train_mean_return if last else None,
         target_return=settings.target_return,
         solved=_solved(settings, monitor),
         stop_reason=reason,
-        policy_versions=last.policy_version if last else 0,
+        policy_versions=_final(records.policy_version, last.policy_version if last else 0),
         blob_bytes=last.blob_bytes if last else 0,
         fp32_equivalent_bytes=spec.fp32_bytes(),
+        dense_fp32_bytes=last.dense_fp32_bytes if last else 0,
+        delta_bytes_median=last.delta_bytes_median if last else 0.0,
         broadcast_bytes_total=last.broadcast_bytes_total if last else 0,
         bytes_saved_total=last.bytes_saved_total if last else 0,
         eval_episodes=last.eval_episodes if last else 0,
@@ -487,6 +581,13 @@ def _write_outputs(
         checkpoint=str(checkpoint) if checkpoint.exists() else None,
         cpu_seconds={k: round(v, 2) for k, v in cpu.items() if v is not None},
         restarts=restarts,
+        transitions_inserted=records.transitions_inserted,
+        final_records=records.as_dict(),
+        actor_breakdown=last.actor_breakdown if last else {},
+        publish_breakdown=last.publish_breakdown if last else {},
+        energy=energy,
+        guard=last.guard if last else {},
+        **sparse_summary(run_dir, monitor),
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)
@@ -497,3 +598,7 @@ def _write_outputs(
         settings.target_return,
     )
     view.final(summary, run_dir)
+
+
+def _final(value: int | None, fallback: int) -> int:
+    return fallback if value is None else value

@@ -31,16 +31,17 @@ from actorq.learner.distributed import (
     tensors_in,
 )
 from actorq.learner.publisher import Snapshot, WeightsPublisher
+from actorq.learner.rlx2 import RLx2Learning
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.replay import (
-    PrioritizedSampler,
     RedisReplayReader,
     ReplayStorage,
     Sampler,
     SampleToInsertRatio,
     UniformSampler,
 )
+from actorq.sparse.config import SparseTrainingConfig
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Learner:
         publisher: WeightsPublisher | None,
         stop: threading.Event,
         dist: DistConfig | None = None,
+        rlx2: SparseTrainingConfig | None = None,
     ) -> None:
         if dqn_config.learning_starts > settings.replay_capacity:
             raise ConfigError(
@@ -101,7 +103,17 @@ class Learner:
                 f"{settings.algo} fills policy {self.dqn.policy_spec}, publisher declares {spec}"
             )
         act_dim = spec.num_outputs if is_continuous(settings.algo) else 0
-        self.storage = ReplayStorage(settings.replay_capacity, spec.obs_dim, act_dim)
+        rlx2 = rlx2 or SparseTrainingConfig()
+        self.storage = ReplayStorage(
+            settings.replay_capacity,
+            spec.obs_dim,
+            act_dim,
+            link_trajectories=RLx2Learning.links_trajectories(rlx2),
+        )
+        # RLx2 (sparse networks, delayed n-step, dynamic replay; FLOPs for every run).
+        self.rlx2 = (
+            RLx2Learning(rlx2, self.dqn, settings, self.storage) if act_dim or rlx2.active else None
+        )
         self.sampler = make_sampler(settings)
         self.reader = RedisReplayReader(
             client, keys, self.storage, self.sampler, shard=self.dist.shard()
@@ -133,10 +145,13 @@ class Learner:
     # --- start-up ---------------------------------------------------------------------
     def restore(self) -> None:
         """Resume from the checkpoint (if any) and rebuild the replay mirror from Redis."""
+        state = None
         if self.checkpointer is not None:
             state = self.checkpointer.load()
             if state is not None:
                 self.dqn.load_state_dict(state["dqn"])
+                if self.rlx2 is not None and "rlx2" in state:
+                    self.rlx2.load_sparse_state(state["rlx2"])
                 self.counters.updates = int(state["updates"])
                 self.counters.sampled = int(state["sampled"])
                 assert self.publisher is not None  # the checkpointer lives on rank 0 only
@@ -152,6 +167,8 @@ class Learner:
         rebuilt = self.reader.rebuild()
         metrics.LEARNER_REPLAY_INSERTED.inc(rebuilt)
         log.info("replay mirror rebuilt from Redis: %d transitions", rebuilt)
+        if state is not None and self.rlx2 is not None and "rlx2" in state:
+            self.rlx2.restore_capacity(state["rlx2"])  # the rebuilt mirror keeps its capacity
 
     def _sync_from_primary(self) -> None:
         """Every rank starts from rank 0's weights, optimizer state and counters."""
@@ -248,9 +265,14 @@ class Learner:
     def _update(self) -> None:
         started = time.perf_counter()
         sample = self.sampler.sample(self.storage, self.cfg.batch_size, self.rng)
-        batch = self.storage.get(sample.indices)
+        if self.rlx2 is not None:
+            batch = self.rlx2.gather(self.storage, sample.indices)
+        else:
+            batch = self.storage.get(sample.indices)
         self.counters.sample_seconds += time.perf_counter() - started
         result = self.dqn.update(batch, sample.weights)
+        if self.rlx2 is not None:
+            self.rlx2.after_update()
         self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
         self.counters.updates += 1
         self.counters.sampled += self.cfg.batch_size
@@ -296,6 +318,7 @@ class Learner:
             "updates": self.counters.updates,
             "sampled": self.counters.sampled,
             "version": self.publisher.version,
+            **({"rlx2": self.rlx2.state_dict()} if self.rlx2 is not None else {}),
         }
         meta = {
             "updates": self.counters.updates,
@@ -306,6 +329,7 @@ class Learner:
             "precision": self.s.precision,
             # `actorq ptq` rebuilds the learner with these (obs_norm, D4PG atoms, ...).
             "algo_config": dataclasses.asdict(self.cfg),
+            **({"rlx2": self.rlx2.status()} if self.rlx2 is not None else {}),
         }
         path = self.checkpointer.save(state, meta)
         self.counters.checkpoints += 1
@@ -313,15 +337,31 @@ class Learner:
         log.info("checkpoint at update %d -> %s", self.counters.updates, path)
 
     def finish(self) -> None:
-        """Publish the final weights, write the final checkpoint, stop ingesting."""
+        """Stop ingesting (after reading what Redis already holds), publish the final
+        weights, write the final checkpoint."""
         self.stop.set()
         self.ingest_thread.join(timeout=5.0)
+        if not self.ingest_thread.is_alive():
+            self._drain()
         if self.publisher is None:
             return
         self.publisher.close()
         self.publisher.publish_now(self._snapshot(), timeout=10.0)
         self._report_progress()
         self.checkpoint()
+
+    def _drain(self, timeout: float = 5.0) -> None:
+        """Ingest what the stream still holds, so a clean stop leaves the mirror (and the
+        final checkpoint's counts) equal to what Redis acknowledged to the actors."""
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                added = self.reader.poll(block_ms=0)
+                if not added:
+                    break
+                metrics.LEARNER_REPLAY_INSERTED.inc(added)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("redis unavailable while draining the replay stream: %s", exc)
 
     def wait_fraction(self) -> float:
         """Share of wall time the learner waited for replay data (rate limiter or empty)."""
@@ -342,6 +382,8 @@ def make_sampler(settings: LearnerSettings) -> Sampler:
     re-scored soon; priorities themselves are not persisted (documented fallback).
     """
     if settings.replay == "prioritized":
+        from actorq.replay.prioritized import PrioritizedSampler  # numba: only when used
+
         return PrioritizedSampler(
             settings.replay_capacity,
             alpha=settings.per_alpha,

@@ -1,16 +1,18 @@
 """Quantization for actors: int8/fp16 codecs, the policy blob format, inference modules.
 
 Weight path: learner fp32 weights -> `encode_policy` (quantizer) -> envelope bytes ->
-`decode_policy` (actor, verifies sha256 and shapes) -> `build_policy_module` -> forward.
+`decode_blob` (actor, verifies sha256 and decodes every tensor once into `PolicyArrays`)
+-> `build_policy_module` -> forward. A newer version may come as a delta applied to the
+arrays the actor holds (actorq.quant.delta).
 """
 
+from actorq.quant.arrays import PolicyArrays
 from actorq.quant.blob import (
     EncodedPolicy,
+    decode_blob,
     decode_policy,
     encode_policy,
     policy_to_weights,
-    spec_from_proto,
-    spec_to_proto,
     validate_policy,
 )
 from actorq.quant.codec import (
@@ -28,6 +30,7 @@ from actorq.quant.policy_module import (
     quantized_policy_from_weights,
 )
 from actorq.quant.precision import PRECISION_NAMES, parse_precision, precision_name
+from actorq.quant.spec import spec_from_proto, spec_to_proto
 from actorq.quant.weights import validate_weights, weights_from_module
 
 __all__ = [
@@ -35,9 +38,11 @@ __all__ = [
     "BlobError",
     "EncodedPolicy",
     "Int8Linear",
+    "PolicyArrays",
     "PolicyModule",
     "WeightsError",
     "build_policy_module",
+    "decode_blob",
     "decode_policy",
     "dequantize_fp16",
     "dequantize_int8",

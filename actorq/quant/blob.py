@@ -1,7 +1,9 @@
 """The policy blob: fp32 weights -> versioned, checksummed `PolicyEnvelope` bytes and back.
 
-Writer (quantizer): `encode_policy`. Reader (actor): `decode_policy`, which verifies the
-sha256 and every tensor against the blob's own spec before anything is built from it.
+Writer (quantizer): `encode_policy`. Readers: `decode_blob` verifies the envelope (sha256,
+optional HMAC) and decodes every tensor once into `PolicyArrays` (actorq.quant.arrays),
+from which actors build their module; `decode_policy` returns the checked `Policy`
+message instead. Deltas between versions: actorq.quant.delta.
 Format reference: docs/BLOB_FORMAT.md.
 """
 
@@ -9,24 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
 from actorq.models.mlp import MLPSpec
+from actorq.quant.arrays import PolicyArrays, parse_payload, policy_arrays, policy_payload
 from actorq.quant.errors import BlobError, WeightsError
 from actorq.quant.precision import precision_name
-from actorq.quant.tensors import (
-    WEIGHT_DTYPE,
-    check_tensor,
-    encode_float32,
-    encode_weight,
-    tensor_to_float32,
-)
+from actorq.quant.spec import spec_to_proto
+from actorq.quant.tensors import TensorArrays, quantize_weight
 from actorq.quant.weights import validate_weights
 from actorq.v1 import policy_pb2
 
@@ -34,7 +33,6 @@ if TYPE_CHECKING:  # a runtime import would be circular (security -> quant.error
     from actorq.security.signing import PolicyKeys
 
 SHA256_BYTES = 32
-MLP_KIND = "mlp"
 
 
 @dataclass(frozen=True)
@@ -55,37 +53,10 @@ class EncodedPolicy:
     """Bytes of the same parameters as fp32 (spec.fp32_bytes())."""
     quantization_error: float
     """Max over weight matrices of ||W - W'||_F / ||W||_F; 0.0 for fp32."""
-
-
-def spec_to_proto(spec: MLPSpec) -> policy_pb2.ModelSpec:
-    """Wire form of an MLP spec."""
-    return policy_pb2.ModelSpec(
-        kind=MLP_KIND,
-        obs_dim=spec.obs_dim,
-        num_outputs=spec.num_outputs,
-        hidden=list(spec.hidden),
-        activation=spec.activation,
-        # "" for identity keeps Q-network blobs byte-identical to those of older writers.
-        output_activation="" if spec.output_activation == "none" else spec.output_activation,
-        input_norm=spec.input_norm,
-    )
-
-
-def spec_from_proto(proto: policy_pb2.ModelSpec) -> MLPSpec:
-    """MLP spec from its wire form; BlobError if the kind or any field is unsupported."""
-    if proto.kind != MLP_KIND:
-        raise BlobError(f"model kind {proto.kind!r} is not supported; expected {MLP_KIND!r}")
-    try:
-        return MLPSpec(
-            obs_dim=proto.obs_dim,
-            num_outputs=proto.num_outputs,
-            hidden=tuple(proto.hidden),
-            activation=proto.activation,
-            output_activation=proto.output_activation or "none",
-            input_norm=proto.input_norm,
-        )
-    except ValueError as err:
-        raise BlobError(f"invalid model spec in blob: {err}") from err
+    arrays: PolicyArrays = field(compare=False, repr=False)
+    """What a reader decodes from `envelope` (the base of the next version's delta)."""
+    hmac_sha256: bytes = b""
+    key_id: str = ""
 
 
 def encode_policy(
@@ -97,28 +68,33 @@ def encode_policy(
     *,
     created_unix_ms: int | None = None,
     keys: PolicyKeys | None = None,
+    fallback_layers: Mapping[str, int] | None = None,
 ) -> EncodedPolicy:
     """Validate fp32 `weights`, encode them at `precision` and wrap them in an envelope.
 
-    2-D weights are stored at `precision`; biases always stay FLOAT32 (they are tiny and
+    Weight matrices (and conv weights, per output channel) are stored at `precision`;
+    biases always stay FLOAT32 (they are tiny and
     int8 biases would cost accuracy for no bandwidth). Raises WeightsError on bad weights.
     With enabled `keys` the envelope carries an HMAC of the payload under the current key.
+    `fallback_layers` ({weight name: FP16 or FP32}) stores those weights in float instead
+    (the quantizer's guard, actorq.guard); the policy's `precision` stays what it was.
     """
     validate_weights(weights, spec)
     precision_name(precision)  # ValueError on an unknown precision
     if version < 0 or learner_step < 0:
         raise ValueError(f"version and learner_step must be >= 0, got {version}, {learner_step}")
-    tensors, error = _encode_tensors(weights, spec, precision)
-    policy = policy_pb2.Policy(
+    _check_fallbacks(fallback_layers or {}, spec)
+    tensors, error = _quantize_tensors(weights, spec, precision, fallback_layers or {})
+    arrays = PolicyArrays(
         version=version,
         learner_step=learner_step,
-        precision=cast(policy_pb2.Precision, precision),
-        spec=spec_to_proto(spec),
-        tensors=tensors,
+        precision=precision,
+        spec=spec,
         created_unix_ms=int(time.time() * 1000) if created_unix_ms is None else created_unix_ms,
         fp32_equivalent_bytes=spec.fp32_bytes(),
+        tensors=tensors,
     )
-    payload = policy.SerializeToString()
+    payload, sparse = policy_payload(arrays)
     digest = hashlib.sha256(payload).digest()
     envelope_msg = policy_pb2.PolicyEnvelope(payload=payload, sha256=digest)
     if keys is not None and keys.enabled:
@@ -133,27 +109,48 @@ def encode_policy(
         blob_bytes=len(envelope),
         fp32_equivalent_bytes=spec.fp32_bytes(),
         quantization_error=error,
+        arrays=replace(arrays, sparse_layers=sparse, sha256=digest),
+        hmac_sha256=envelope_msg.hmac_sha256,
+        key_id=envelope_msg.key_id,
     )
 
 
-def _encode_tensors(
-    weights: Mapping[str, np.ndarray], spec: MLPSpec, precision: int
-) -> tuple[list[policy_pb2.Tensor], float]:
-    """Tensors in spec order, and the worst relative error over the weight matrices."""
-    tensors: list[policy_pb2.Tensor] = []
+FALLBACK_PRECISIONS = (policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_FP32)
+
+
+def _check_fallbacks(fallbacks: Mapping[str, int], spec: MLPSpec) -> None:
+    shapes = spec.weight_shapes()
+    for name, precision in fallbacks.items():
+        if len(shapes.get(name, ())) != 2:
+            raise ValueError(f"fallback layer {name!r} is not a weight matrix of {spec}")
+        if precision not in FALLBACK_PRECISIONS:
+            raise ValueError(
+                f"fallback precision for {name!r} must be fp16 or fp32, got {precision}"
+            )
+
+
+def _quantize_tensors(
+    weights: Mapping[str, np.ndarray],
+    spec: MLPSpec,
+    precision: int,
+    fallbacks: Mapping[str, int],
+) -> tuple[dict[str, TensorArrays], float]:
+    """Arrays in spec order, and the worst relative error over the weight matrices
+    (a fallback layer counts at its own float precision)."""
+    tensors: dict[str, TensorArrays] = {}
     worst = 0.0
     for name, shape in spec.weight_shapes().items():
-        if len(shape) == 2:
+        if len(shape) >= 2:  # Linear and conv weights
             try:
-                tensor, error = encode_weight(name, weights[name], precision)
+                layer_precision = fallbacks.get(name, precision)
+                tensors[name], error = quantize_weight(weights[name], layer_precision)
             except ValueError as err:
                 raise WeightsError(
                     f"cannot encode weight {name!r} as {precision_name(precision)}: {err}"
                 ) from err
             worst = max(worst, error)
         else:
-            tensor = encode_float32(name, weights[name])
-        tensors.append(tensor)
+            tensors[name] = TensorArrays(np.asarray(weights[name], dtype=np.float32))
     return tensors, worst
 
 
@@ -162,22 +159,44 @@ def decode_policy(
 ) -> policy_pb2.Policy:
     """Verify and parse an envelope; BlobError (keep the old policy) on any problem.
 
-    Checks, in order: envelope parses, sha256 matches the payload, (with enabled `keys`)
-    the HMAC is valid under a known key (SignatureError otherwise), payload parses, the
-    policy is self-consistent (`validate_policy`), and its spec equals `expected_spec`.
+    The same checks as `decode_blob`; returns the Policy message rather than arrays.
     """
-    payload = _verified_payload(envelope, keys)
-    try:
-        policy = policy_pb2.Policy.FromString(payload)
-    except DecodeError as err:
-        raise BlobError(f"policy payload does not parse: {err}") from err
-    spec = validate_policy(policy)
-    if expected_spec is not None and spec != expected_spec:
-        raise BlobError(f"blob holds model {spec}, this reader expects {expected_spec}")
+    payload = verified_payload(envelope, keys)
+    policy = parse_payload(payload)
+    _check_expected(policy_arrays(policy).spec, expected_spec)
     return policy
 
 
-def _verified_payload(envelope: bytes, keys: PolicyKeys | None = None) -> bytes:
+def decode_blob(
+    envelope: bytes, expected_spec: MLPSpec | None = None, keys: PolicyKeys | None = None
+) -> PolicyArrays:
+    """Verify an envelope and decode its policy into arrays, in one pass.
+
+    Checks, in order: envelope parses, sha256 matches the payload, (with enabled `keys`)
+    the HMAC is valid under a known key (SignatureError otherwise), payload parses, the
+    policy is self-consistent and every tensor valid (`policy_arrays`), and its spec
+    equals `expected_spec`. BlobError on any failure.
+    """
+    payload = verified_payload(envelope, keys)
+    return decode_payload(payload, hashlib.sha256(payload).digest(), expected_spec)
+
+
+def decode_payload(
+    payload: bytes, digest: bytes, expected_spec: MLPSpec | None = None
+) -> PolicyArrays:
+    """Arrays of an already verified payload whose SHA-256 is `digest`."""
+    arrays = policy_arrays(parse_payload(payload), digest)
+    _check_expected(arrays.spec, expected_spec)
+    return arrays
+
+
+def _check_expected(spec: MLPSpec, expected_spec: MLPSpec | None) -> None:
+    if expected_spec is not None and spec != expected_spec:
+        raise BlobError(f"blob holds model {spec}, this reader expects {expected_spec}")
+
+
+def verified_payload(envelope: bytes, keys: PolicyKeys | None = None) -> bytes:
+    """The payload of an envelope whose sha256 (and, with enabled `keys`, HMAC) holds."""
     try:
         parsed = policy_pb2.PolicyEnvelope.FromString(envelope)
     except DecodeError as err:
@@ -200,26 +219,35 @@ def _verified_payload(envelope: bytes, keys: PolicyKeys | None = None) -> bytes:
 
 def validate_policy(policy: policy_pb2.Policy) -> MLPSpec:
     """Check a parsed Policy against its own spec; return that spec or raise BlobError."""
-    if policy.precision not in WEIGHT_DTYPE:
-        raise BlobError(f"policy has unknown precision value {policy.precision}")
-    spec = spec_from_proto(policy.spec)
-    expected = spec.weight_shapes()
-    names = [tensor.name for tensor in policy.tensors]
-    if sorted(names) != sorted(expected):
-        missing = [name for name in expected if name not in names]
-        unexpected = sorted({name for name in names if name not in expected})
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        raise BlobError(
-            f"policy tensors do not match its spec: missing {missing}, "
-            f"unexpected {unexpected}, repeated {repeated}"
-        )
-    for tensor in policy.tensors:
-        shape = expected[tensor.name]
-        dtype = WEIGHT_DTYPE[policy.precision] if len(shape) == 2 else policy_pb2.DTYPE_FLOAT32
-        check_tensor(tensor, shape, dtype)
-    return spec
+    return policy_arrays(policy).spec
 
 
-def policy_to_weights(policy: policy_pb2.Policy) -> dict[str, np.ndarray]:
+def policy_to_weights(policy: policy_pb2.Policy | PolicyArrays) -> dict[str, np.ndarray]:
     """Float32 weights of a decoded policy (int8 and fp16 tensors dequantized)."""
-    return {tensor.name: tensor_to_float32(tensor) for tensor in policy.tensors}
+    arrays = policy if isinstance(policy, PolicyArrays) else policy_arrays(policy)
+    return {name: arrays.float32(name) for name in arrays.tensors}
+
+
+def _varint_len(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def dense_fp32_blob_bytes(encoded: EncodedPolicy) -> int:
+    """Bytes of the same version as an unsigned dense FP32 blob: the baseline that
+    broadcast sizes are compared with (computed, nothing is encoded)."""
+    arrays = encoded.arrays
+    header = policy_pb2.Policy(
+        version=arrays.version,
+        learner_step=arrays.learner_step,
+        precision=policy_pb2.PRECISION_FP32,
+        spec=spec_to_proto(arrays.spec),
+        created_unix_ms=arrays.created_unix_ms,
+        fp32_equivalent_bytes=arrays.fp32_equivalent_bytes,
+    )
+    payload = header.ByteSize()
+    for name, shape in arrays.spec.weight_shapes().items():
+        empty = policy_pb2.Tensor(name=name, shape=list(shape), dtype=policy_pb2.DTYPE_FLOAT32)
+        data = 4 * math.prod(shape)
+        tensor = empty.ByteSize() + 1 + _varint_len(data) + data  # + field 4 (data)
+        payload += 1 + _varint_len(tensor) + tensor  # as field 5 of Policy
+    return 1 + _varint_len(payload) + payload + 2 + SHA256_BYTES

@@ -1,12 +1,18 @@
-"""Inference modules rebuilt from a decoded policy blob, at the blob's own precision.
+"""Inference modules built from a decoded policy (`PolicyArrays`), at its own precision.
+
+The builder reads only arrays: however a version arrived (full blob, sparse layers,
+delta from the previous version), it was decoded and checked once before this point.
 
 - INT8: every Linear after the first is an `Int8Linear` made from the blob's int8 codes
-  and scales. The first layer is an fp32 Linear over its *dequantized* int8 codes (the
-  weights are still int8 on the wire): the int8 kernels quantize their input per tensor
-  to 7 bits, and doing that to the observation itself was the largest error of the int8
-  path (a trained cartpole-swingup policy: mean action error 0.112 -> 0.059, PTQ drop
-  2.7% -> 0.6%; BENCHMARKS.md 10d). The layer is obs_dim x hidden[0], small next to the
-  hidden layers.
+  and scales (a sparse layer's codes are first scattered back into the dense int8
+  matrix: at 90% sparsity the dense int8 kernels were 2-6x faster than torch's sparse
+  CSR fp32 matmul at batch 1-8 and ~1.2x slower at batch 64, BENCHMARKS.md 14). The
+  first layer is an fp32 Linear over its *dequantized* int8 codes (the weights are
+  still int8 on the wire): the int8 kernels quantize their input per tensor to 7 bits,
+  and doing that to the observation itself was the largest error of the int8 path (a
+  trained cartpole-swingup policy: mean action error 0.112 -> 0.059, PTQ drop 2.7% ->
+  0.6%; BENCHMARKS.md 10d). The layer is obs_dim x hidden[0], small next to the hidden
+  layers.
 - INT4: the 4-bit codes (in [-7, 7], so valid int8 codes) and their scales go into the
   same `Int8Linear` kernels (first layer: fp32 over dequantized codes, as for INT8):
   results equal the int4 weights exactly up to the int8 activation rounding. Packing two
@@ -14,6 +20,9 @@
 - FP16: weights are widened to fp32 `nn.Linear`. fp16 halves the broadcast, but CPU
   inference runs in fp32 (fbgemm's fp16 Linear measured no faster on this CPU).
 - FP32: plain `nn.Linear`, numerically the learner's QNetwork.
+
+CNN specs (pixel policies) are built by actorq.quant.cnn_blob: int8 convolutions from
+the blob's per-output-channel codes, then the head as above.
 
 A spec with `input_norm` puts an fp32 `InputNorm` ((obs - shift) * scale, from the blob's
 fp32 vectors) before the first layer at every precision, so int8 layers see normalised
@@ -28,11 +37,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from actorq.models.cnn import CNNSpec
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
-from actorq.quant.blob import decode_policy, encode_policy, validate_policy
+from actorq.quant.arrays import PolicyArrays, policy_arrays
+from actorq.quant.blob import decode_blob, encode_policy
+from actorq.quant.cnn_blob import cnn_layers
 from actorq.quant.int8 import make_int8_linear
 from actorq.quant.precision import parse_precision, precision_name
-from actorq.quant.tensors import tensor_scales, tensor_to_float32, tensor_values
+from actorq.quant.tensors import TensorArrays
 from actorq.v1 import policy_pb2
 
 
@@ -105,21 +117,25 @@ class PolicyModule(nn.Module):
         return f"version={self.version}, precision={precision_name(self.precision)}"
 
 
-def build_policy_module(policy: policy_pb2.Policy) -> PolicyModule:
-    """Inference module for a policy (re-checked with `validate_policy`, BlobError if bad)."""
-    spec = validate_policy(policy)
-    tensors = {tensor.name: tensor for tensor in policy.tensors}
+def build_policy_module(policy: PolicyArrays | policy_pb2.Policy) -> PolicyModule:
+    """Inference module for decoded arrays (a Policy message is decoded first)."""
+    arrays = policy if isinstance(policy, PolicyArrays) else policy_arrays(policy)
+    spec, tensors = arrays.spec, arrays.tensors
+    if isinstance(spec, CNNSpec):  # pixel policies: int8 convs (actorq.quant.cnn_blob)
+        layers = cnn_layers(arrays, spec)
+        return PolicyModule(layers, spec, arrays.precision, arrays.version, arrays.learner_step)
     names = linear_layer_names(len(spec.widths) - 1)
     layers: list[nn.Module] = []
     if spec.input_norm:
-        shift, scale = (torch.from_numpy(tensor_to_float32(tensors[n])) for n in _NORM_NAMES)
+        shift, scale = (torch.from_numpy(arrays.float32(n)) for n in _NORM_NAMES)
         layers.append(InputNorm(shift, scale))
-    quantized = policy.precision in (policy_pb2.PRECISION_INT8, policy_pb2.PRECISION_INT4)
     for i, name in enumerate(names):
         hidden = i < len(names) - 1
         weight, bias = tensors[f"{name}.weight"], tensors[f"{name}.bias"]
+        # Per tensor, not per policy: the guard may keep some layers in float (fallbacks).
+        quantized = weight.scales is not None  # codes + scales (int8 / int4)
         if quantized and i > 0:
-            layers.append(_int8_layer(weight, bias, relu=hidden))
+            layers.append(int8_layer(weight, bias, relu=hidden))
         elif quantized:  # int8 / int4 first layer: fp32 activations (see the module docstring)
             layers.append(_dequantized_layer(weight, bias, relu=hidden))
         else:
@@ -128,37 +144,36 @@ def build_policy_module(policy: policy_pb2.Policy) -> PolicyModule:
                 layers.append(nn.ReLU(inplace=True))  # Linear output is fresh: safe
     if spec.output_activation == "tanh":
         layers.append(nn.Tanh())
-    return PolicyModule(layers, spec, policy.precision, policy.version, policy.learner_step)
+    return PolicyModule(layers, spec, arrays.precision, arrays.version, arrays.learner_step)
 
 
 _NORM_NAMES = (INPUT_SHIFT, INPUT_SCALE)
 
 
-def _int8_layer(weight: policy_pb2.Tensor, bias: policy_pb2.Tensor, relu: bool) -> nn.Module:
+def int8_layer(weight: TensorArrays, bias: TensorArrays, relu: bool) -> nn.Module:
+    """The int8 kernel for one decoded int8/int4 weight (codes + scales) and fp32 bias."""
+    if weight.scales is None:
+        raise ValueError("int8_layer needs a quantized weight (codes and scales)")
     return make_int8_linear(
-        torch.from_numpy(tensor_values(weight)),
-        torch.from_numpy(tensor_scales(weight)),
-        torch.from_numpy(tensor_to_float32(bias)),
+        torch.from_numpy(weight.values),
+        torch.from_numpy(weight.scales),
+        torch.from_numpy(bias.to_float32()),
         relu=relu,
     )
 
 
-def _dequantized_layer(
-    weight: policy_pb2.Tensor, bias: policy_pb2.Tensor, relu: bool
-) -> DequantizedLinear:
+def _dequantized_layer(weight: TensorArrays, bias: TensorArrays, relu: bool) -> DequantizedLinear:
     return DequantizedLinear(
-        torch.from_numpy(tensor_to_float32(weight)),
-        torch.from_numpy(tensor_to_float32(bias)),
-        relu,
+        torch.from_numpy(weight.to_float32()), torch.from_numpy(bias.to_float32()), relu
     )
 
 
-def _float_layer(weight: policy_pb2.Tensor, bias: policy_pb2.Tensor) -> nn.Linear:
-    w = torch.from_numpy(tensor_to_float32(weight))
+def _float_layer(weight: TensorArrays, bias: TensorArrays) -> nn.Linear:
+    w = torch.from_numpy(weight.to_float32())
     out_features, in_features = w.shape
     layer = nn.Linear(in_features, out_features, device="meta")  # skip random init
     layer.weight = nn.Parameter(w, requires_grad=False)
-    layer.bias = nn.Parameter(torch.from_numpy(tensor_to_float32(bias)), requires_grad=False)
+    layer.bias = nn.Parameter(torch.from_numpy(bias.to_float32()), requires_grad=False)
     return layer
 
 
@@ -173,4 +188,4 @@ def quantized_policy_from_weights(
     if isinstance(precision, str):
         precision = parse_precision(precision)
     encoded = encode_policy(weights, spec, precision, version, learner_step)
-    return build_policy_module(decode_policy(encoded.envelope, expected_spec=spec))
+    return build_policy_module(decode_blob(encoded.envelope, expected_spec=spec))

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import grpc
 
 from actorq import metrics
+from actorq.breakdown import PUBLISH_PHASES, PhaseClock
+from actorq.guard import GuardStats, PolicyGuard
 from actorq.quant import EncodedPolicy, WeightsError, encode_policy, precision_name
 from actorq.quantizer.assembler import PublishError, assemble
+from actorq.quantizer.deltas import DeltaMaker
 from actorq.quantizer.store import Announcement, PolicyStore, check_version
 from actorq.rpc.errors import DataLoss, FailedPrecondition, abort_on_error
 from actorq.rpc.guard import MalformedRequest
@@ -85,8 +88,11 @@ class ParameterServer:
         max_publish_bytes: int = 1 << 30,
         default_precision: int = policy_pb2.PRECISION_INT8,
         keys: PolicyKeys = NO_KEYS,  # with a current key every stored blob is signed
+        guard: PolicyGuard | None = None,  # measures each version vs fp32, falls back
     ) -> None:
         self.store = store
+        self.guard = guard
+        self.guard_stats = GuardStats()
         self.keys = keys
         self.chunk_bytes = chunk_bytes
         self.max_publish_bytes = max_publish_bytes
@@ -97,6 +103,8 @@ class ParameterServer:
         self._logged_reasons: set[str] = set()
         self.bytes_sent = 0
         self.fp32_bytes_sent = 0
+        self.clock = PhaseClock(PUBLISH_PHASES, metrics.QUANTIZER_PUBLISH_PHASE_SECONDS)
+        self.deltas = DeltaMaker(store, keys)
 
     def _stored_latest(self) -> Announcement | None:
         """What Redis already holds, so a restarted quantizer serves it at once."""
@@ -111,12 +119,13 @@ class ParameterServer:
     def publish(self, chunks: Iterable[ps_pb2.PublishChunk]) -> EncodedPolicy:
         try:
             with self._publish_lock:
-                encoded = self._publish_locked(chunks)
+                encoded, announcement = self._publish_locked(chunks)
         except (ValueError, FailedPrecondition, DataLoss) as exc:  # nothing was stored
             self.count_rejection(_rejection_reason(exc), exc)
             raise
-        self.board.post(Announcement.of(encoded))  # what was just stored; no re-read
+        self.board.post(announcement)  # what was just stored; no re-read
         self._record_publish(encoded)
+        self.deltas.record(announcement)
         return encoded
 
     def count_rejection(self, reason: str, exc: Exception) -> None:
@@ -134,9 +143,13 @@ class ParameterServer:
             "; further refusals for this reason are counted, not logged" if first else "",
         )
 
-    def _publish_locked(self, chunks: Iterable[ps_pb2.PublishChunk]) -> EncodedPolicy:
+    def _publish_locked(
+        self, chunks: Iterable[ps_pb2.PublishChunk]
+    ) -> tuple[EncodedPolicy, Announcement]:
         started = time.perf_counter()
+        self.clock.start()
         assembled = assemble(chunks, self.max_publish_bytes)
+        self.clock.mark("assemble")
         header = assembled.header
         try:
             check_version(header.version)
@@ -148,17 +161,34 @@ class ParameterServer:
                 f"version {header.version} is not newer than the stored version {latest}"
             )
         precision = header.precision or self.default_precision
-        encoded = encode_policy(
-            assembled.weights,
-            assembled.spec,
-            precision,
-            header.version,
-            header.learner_step,
-            keys=self.keys,
-        )
-        self.store.save(encoded)
+
+        def encode(fallbacks: Mapping[str, int] | None = None) -> EncodedPolicy:
+            return encode_policy(
+                assembled.weights,
+                assembled.spec,
+                precision,
+                header.version,
+                header.learner_step,
+                keys=self.keys,
+                fallback_layers=fallbacks,
+            )
+
+        encoded = encode()
+        self.clock.mark("quantize")
+        meta: dict[str, str] = {}
+        if self.guard is not None and precision != policy_pb2.PRECISION_FP32:
+            result = self.guard.check(assembled.weights, assembled.spec, encoded, encode)
+            encoded, meta = result.encoded, result.meta()
+            self.guard_stats.record(result)
+        self.clock.mark("guard")
+        # The delta is taken from what was stored (and so what actors hold), guard
+        # fallbacks included; a version whose layer types changed goes full (make_delta).
+        delta = self.deltas.delta_to(encoded, latest)
+        announcement = self.store.save(encoded, delta, meta)
+        self.deltas.stored(encoded)
+        self.clock.mark("store")
         metrics.QUANTIZER_QUANTIZE_SECONDS.observe(time.perf_counter() - started)
-        return encoded
+        return encoded, announcement
 
     def _record_publish(self, encoded: EncodedPolicy) -> None:
         name = precision_name(encoded.precision)
@@ -169,10 +199,13 @@ class ParameterServer:
         metrics.QUANTIZER_FP32_EQUIVALENT_BYTES.set(encoded.fp32_equivalent_bytes)
         metrics.QUANTIZER_QUANT_ERROR.labels(name).set(encoded.quantization_error)
 
-    def blob_chunks(self, version: int) -> Iterator[ps_pb2.BlobChunk]:
-        """The envelope of `version` (0 = latest) in chunks; counts bytes when done."""
+    def blob_chunks(self, version: int, base_version: int = 0) -> Iterator[ps_pb2.BlobChunk]:
+        """The envelope of `version` (0 = latest) in chunks, as a delta when one from
+        `base_version` is stored (it is only stored when smaller); counts bytes when done."""
         announcement = self.store.announcement(version)
-        envelope = self.store.load(announcement.version)
+        delta = self.store.load_delta(announcement, base_version)
+        envelope = delta if delta is not None else self.store.load(announcement.version)
+        kind = ps_pb2.BLOB_KIND_DELTA if delta is not None else ps_pb2.BLOB_KIND_FULL
         total = len(envelope)
         for offset in range(0, total, self.chunk_bytes):
             yield ps_pb2.BlobChunk(
@@ -180,8 +213,11 @@ class ParameterServer:
                 total_bytes=total,
                 offset=offset,
                 data=envelope[offset : offset + self.chunk_bytes],
+                kind=kind,
+                base_version=base_version if delta is not None else 0,
             )
         self._record_broadcast(announcement, total)
+        self.deltas.record_broadcast(announcement, total, delta is not None)
 
     def _record_broadcast(self, announcement: Announcement, sent: int) -> None:
         name = precision_name(announcement.precision)
@@ -192,6 +228,7 @@ class ParameterServer:
         metrics.QUANTIZER_BROADCAST_BYTES.labels(name).inc(sent)
         metrics.QUANTIZER_BROADCAST_FP32_BYTES.labels(name).inc(fp32)
         metrics.QUANTIZER_BYTES_SAVED.labels(name).inc(max(fp32 - sent, 0))
+        metrics.QUANTIZER_FANOUT_BYTES.labels(name).observe(sent)
 
     def watch(
         self, known: int, is_active: Callable[[], bool], poll_seconds: float = 0.5
@@ -259,7 +296,7 @@ class ParameterServerServicer(ps_grpc.ParameterServerServicer):
         self, request: ps_pb2.GetPolicyRequest, context: grpc.ServicerContext
     ) -> Iterator[ps_pb2.BlobChunk]:
         with abort_on_error(context):
-            yield from self._server.blob_chunks(request.version)
+            yield from self._server.blob_chunks(request.version, request.base_version)
 
 
 def parameter_server_service(

@@ -8,11 +8,13 @@ crashed write leaves no pointer to a partial version.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
 
 from actorq.quant import EncodedPolicy
+from actorq.quant.blob import dense_fp32_blob_bytes
 from actorq.redis_keys import RedisKeys
 from actorq.rpc.errors import DataLoss, FailedPrecondition
 
@@ -42,9 +44,16 @@ class Announcement:
     learner_step: int
     fp32_equivalent_bytes: int
     quantization_error: float
+    kind: str = "full"
+    """"sparse" when a layer travels sparse, else "full"."""
+    delta_base: int = 0
+    """Version the stored delta applies to (0: no delta stored)."""
+    delta_bytes: int = 0
+    dense_fp32_bytes: int = 0
+    """Bytes of the same policy as a dense fp32 blob (the baseline of size ratios)."""
 
     @classmethod
-    def of(cls, encoded: EncodedPolicy) -> Announcement:
+    def of(cls, encoded: EncodedPolicy, delta: StoredDelta | None = None) -> Announcement:
         return cls(
             version=encoded.version,
             precision=encoded.precision,
@@ -53,7 +62,19 @@ class Announcement:
             learner_step=encoded.learner_step,
             fp32_equivalent_bytes=encoded.fp32_equivalent_bytes,
             quantization_error=float(encoded.quantization_error),
+            kind=encoded.arrays.kind,
+            delta_base=delta.base_version if delta else 0,
+            delta_bytes=len(delta.envelope) if delta else 0,
+            dense_fp32_bytes=dense_fp32_blob_bytes(encoded),
         )
+
+
+@dataclass(frozen=True)
+class StoredDelta:
+    """A delta envelope to a version from `base_version`."""
+
+    base_version: int
+    envelope: bytes
 
 
 def check_version(version: int) -> None:
@@ -85,15 +106,24 @@ class PolicyStore:
                 "version; fix or delete it (OPERATIONS.md)"
             ) from None
 
-    def save(self, encoded: EncodedPolicy) -> None:
-        """Store one version; FailedPrecondition if it is not newer than `latest`."""
+    def save(
+        self,
+        encoded: EncodedPolicy,
+        delta: StoredDelta | None = None,
+        extra_meta: Mapping[str, str] | None = None,
+    ) -> Announcement:
+        """Store one version (and its delta from an older one); FailedPrecondition if it
+        is not newer than `latest`. Returns what actors will be told about it.
+
+        `extra_meta` (e.g. the guard's divergence, actorq.guard) joins the metadata hash."""
         check_version(encoded.version)
         latest = self.latest_version()
         if encoded.version <= latest:
             raise FailedPrecondition(
                 f"version {encoded.version} is not newer than the stored version {latest}"
             )
-        self._write_blob(encoded)
+        announcement = Announcement.of(encoded, delta)
+        self._write_blob(encoded, announcement, delta, extra_meta or {})
         moved_to = int(
             self._move_latest(
                 keys=[self._keys.policy_latest, self._keys.policy_versions],
@@ -107,10 +137,19 @@ class PolicyStore:
                 f"version {encoded.version} lost to the stored version {moved_to}"
             )
         self._trim()
+        return announcement
 
-    def _write_blob(self, encoded: EncodedPolicy) -> None:
+    def _write_blob(
+        self,
+        encoded: EncodedPolicy,
+        announcement: Announcement,
+        delta: StoredDelta | None,
+        extra_meta: Mapping[str, str],
+    ) -> None:
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.policy_blob(encoded.version), encoded.envelope)
+        if delta is not None:
+            pipe.set(self._keys.policy_delta(encoded.version), delta.envelope)
         pipe.hset(
             self._keys.policy_meta(encoded.version),
             mapping={
@@ -120,6 +159,11 @@ class PolicyStore:
                 "learner_step": encoded.learner_step,
                 "fp32_equivalent_bytes": encoded.fp32_equivalent_bytes,
                 "quantization_error": repr(float(encoded.quantization_error)),
+                "kind": announcement.kind,
+                "delta_base": announcement.delta_base,
+                "delta_bytes": announcement.delta_bytes,
+                "dense_fp32_bytes": announcement.dense_fp32_bytes,
+                **extra_meta,
             },
         )
         pipe.execute()
@@ -132,7 +176,11 @@ class PolicyStore:
     def _delete_versions(self, versions: list[int]) -> None:
         pipe = self._redis.pipeline(transaction=True)
         for version in versions:
-            pipe.delete(self._keys.policy_blob(version), self._keys.policy_meta(version))
+            pipe.delete(
+                self._keys.policy_blob(version),
+                self._keys.policy_meta(version),
+                self._keys.policy_delta(version),
+            )
             pipe.zrem(self._keys.policy_versions, version)
         pipe.execute()
 
@@ -156,6 +204,13 @@ class PolicyStore:
             )
         return bytes(blob)
 
+    def load_delta(self, announcement: Announcement, base_version: int) -> bytes | None:
+        """The stored delta to `announcement.version` if it applies to `base_version`."""
+        if not base_version or announcement.delta_base != base_version:
+            return None
+        delta = self._redis.get(self._keys.policy_delta(announcement.version))
+        return None if delta is None else bytes(delta)
+
     def announcement(self, version: int) -> Announcement:
         """Metadata of `version` (0 = latest)."""
         resolved = self.resolve(version)
@@ -172,6 +227,11 @@ class PolicyStore:
                 learner_step=int(get["learner_step"]),
                 fp32_equivalent_bytes=int(get["fp32_equivalent_bytes"]),
                 quantization_error=float(get["quantization_error"]),
+                # Versions stored by an older quantizer lack these: no delta, kind full.
+                kind=get.get("kind", "full"),
+                delta_base=int(get.get("delta_base", 0)),
+                delta_bytes=int(get.get("delta_bytes", 0)),
+                dense_fp32_bytes=int(get.get("dense_fp32_bytes", 0)),
             )
         except (KeyError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             raise DataLoss(

@@ -15,12 +15,26 @@ from actorq.replay.batch import (
     decode_batch,
     encode_batch,
 )
-from actorq.replay.prioritized import PrioritizedSampler
 from actorq.replay.rate_limiter import SampleToInsertRatio
 from actorq.replay.redis_io import RedisReplayReader, RedisReplayWriter, read_inserted
 from actorq.replay.sampler import Sampler, SampleResult, UniformSampler
 from actorq.replay.storage import ReplayStorage
-from actorq.replay.sumtree import SumTree
+
+# The sum tree's kernels need numba (~1.5 s to import): only processes that sample with
+# priorities load it, so actors and the uniform learner start without it.
+_LAZY = {
+    "PrioritizedSampler": "actorq.replay.prioritized",
+    "SumTree": "actorq.replay.sumtree",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'actorq.replay' has no attribute {name!r}")
+
 
 __all__ = [
     "FORMAT_VERSION",

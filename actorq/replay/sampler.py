@@ -66,7 +66,7 @@ class UniformSampler:
         size = len(storage)
         if size == 0:
             raise ValueError("cannot sample from an empty storage")
-        indices = rng.integers(0, size, size=batch_size, dtype=np.int64)
+        indices = storage.slots(rng.integers(0, size, size=batch_size, dtype=np.int64))
         return SampleResult(indices=indices, weights=np.ones(batch_size, np.float32))
 
     def update_priorities(

@@ -15,7 +15,8 @@ What each user may do (see the code that issues each command):
   (learner/loop.py), GET the latest policy version (learner resumes its version from it).
 - quantizer: the policy blob keys only: SET/GET blobs, HSET/HGETALL metadata, ZRANGE/ZREM
   the version set, DEL old versions, and the Lua script that moves `latest` (EVALSHA,
-  SCRIPT LOAD; it runs GET/SET/ZADD on the keys it is given) (quantizer/store.py).
+  SCRIPT LOAD; it runs GET/SET/ZADD on the keys it is given) (quantizer/store.py); and
+  XREVRANGE of the replay stream, read-only, for the guard's probe (guard.py).
 - monitor: read-only access to every key under the prefix (the launcher's progress view,
   dashboards, operators).
 The `default` user is switched off; `admin` keeps full access for operators.
@@ -66,7 +67,8 @@ def role_rules(role: str, keys: RedisKeys) -> list[str]:
     elif role == "quantizer":
         commands = ["+get", "+set", "+del", "+hset", "+hgetall", "+zadd", "+zrange", "+zrem"]
         commands += ["+multi", "+exec", "+discard", "+evalsha", "+eval", "+script|load"]
-        patterns = [f"~{p}:policy:*"]
+        commands += ["+xrevrange"]  # the guard's probe of recent observations
+        patterns = [f"~{p}:policy:*", f"%R~{keys.replay_stream}"]
     elif role == "monitor":
         commands = ["+@read", "-@dangerous"]
         patterns = [f"%R~{p}:*"]

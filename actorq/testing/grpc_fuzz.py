@@ -136,7 +136,11 @@ class FuzzTarget:
         pattern = f"{self.keys.prefix}:policy:*"
         allowed = {self.keys.policy_latest.encode(), self.keys.policy_versions.encode()}
         for v in versions:
-            allowed |= {self.keys.policy_blob(v).encode(), self.keys.policy_meta(v).encode()}
+            allowed |= {
+                self.keys.policy_blob(v).encode(),
+                self.keys.policy_meta(v).encode(),
+                self.keys.policy_delta(v).encode(),
+            }
         stray = set(self.client.scan_iter(match=pattern, count=1000)) - allowed
         if stray:
             raise FuzzFailure(f"keys of unpublished versions left in Redis: {sorted(stray)[:4]}")

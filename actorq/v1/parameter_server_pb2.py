@@ -25,13 +25,15 @@ _sym_db = _symbol_database.Default()
 from actorq.v1 import policy_pb2 as actorq_dot_v1_dot_policy__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n actorq/v1/parameter_server.proto\x12\tactorq.v1\x1a\x16\x61\x63torq/v1/policy.proto\"\x98\x01\n\rPublishHeader\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0clearner_step\x18\x02 \x01(\x04\x12\'\n\tprecision\x18\x03 \x01(\x0e\x32\x14.actorq.v1.Precision\x12\"\n\x04spec\x18\x04 \x01(\x0b\x32\x14.actorq.v1.ModelSpec\x12\x13\n\x0bnum_tensors\x18\x05 \x01(\r\"H\n\x0bTensorChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"l\n\x0cPublishChunk\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.actorq.v1.PublishHeaderH\x00\x12(\n\x06tensor\x18\x02 \x01(\x0b\x32\x16.actorq.v1.TensorChunkH\x00\x42\x06\n\x04item\"n\n\x0cPublishReply\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x12\n\nblob_bytes\x18\x02 \x01(\x04\x12\x1d\n\x15\x66p32_equivalent_bytes\x18\x03 \x01(\x04\x12\x1a\n\x12quantization_error\x18\x04 \x01(\x01\"=\n\x12WatchPolicyRequest\x12\x10\n\x08\x61\x63tor_id\x18\x01 \x01(\t\x12\x15\n\rknown_version\x18\x02 \x01(\x04\"\x88\x01\n\x12PolicyAnnouncement\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\'\n\tprecision\x18\x02 \x01(\x0e\x32\x14.actorq.v1.Precision\x12\x12\n\nblob_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\x12\x14\n\x0clearner_step\x18\x05 \x01(\x04\"5\n\x10GetPolicyRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\"O\n\tBlobChunk\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x32\xe8\x01\n\x0fParameterServer\x12\x44\n\x0ePublishWeights\x12\x17.actorq.v1.PublishChunk\x1a\x17.actorq.v1.PublishReply(\x01\x12M\n\x0bWatchPolicy\x12\x1d.actorq.v1.WatchPolicyRequest\x1a\x1d.actorq.v1.PolicyAnnouncement0\x01\x12@\n\tGetPolicy\x12\x1b.actorq.v1.GetPolicyRequest\x1a\x14.actorq.v1.BlobChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n actorq/v1/parameter_server.proto\x12\tactorq.v1\x1a\x16\x61\x63torq/v1/policy.proto\"\x98\x01\n\rPublishHeader\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x14\n\x0clearner_step\x18\x02 \x01(\x04\x12\'\n\tprecision\x18\x03 \x01(\x0e\x32\x14.actorq.v1.Precision\x12\"\n\x04spec\x18\x04 \x01(\x0b\x32\x14.actorq.v1.ModelSpec\x12\x13\n\x0bnum_tensors\x18\x05 \x01(\r\"H\n\x0bTensorChunk\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"l\n\x0cPublishChunk\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.actorq.v1.PublishHeaderH\x00\x12(\n\x06tensor\x18\x02 \x01(\x0b\x32\x16.actorq.v1.TensorChunkH\x00\x42\x06\n\x04item\"n\n\x0cPublishReply\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x12\n\nblob_bytes\x18\x02 \x01(\x04\x12\x1d\n\x15\x66p32_equivalent_bytes\x18\x03 \x01(\x04\x12\x1a\n\x12quantization_error\x18\x04 \x01(\x01\"=\n\x12WatchPolicyRequest\x12\x10\n\x08\x61\x63tor_id\x18\x01 \x01(\t\x12\x15\n\rknown_version\x18\x02 \x01(\x04\"\x88\x01\n\x12PolicyAnnouncement\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\'\n\tprecision\x18\x02 \x01(\x0e\x32\x14.actorq.v1.Precision\x12\x12\n\nblob_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\x12\x14\n\x0clearner_step\x18\x05 \x01(\x04\"K\n\x10GetPolicyRequest\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x10\n\x08\x61\x63tor_id\x18\x02 \x01(\t\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x04\"\x88\x01\n\tBlobChunk\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12!\n\x04kind\x18\x05 \x01(\x0e\x32\x13.actorq.v1.BlobKind\x12\x14\n\x0c\x62\x61se_version\x18\x06 \x01(\x04*3\n\x08\x42lobKind\x12\x12\n\x0e\x42LOB_KIND_FULL\x10\x00\x12\x13\n\x0f\x42LOB_KIND_DELTA\x10\x01\x32\xe8\x01\n\x0fParameterServer\x12\x44\n\x0ePublishWeights\x12\x17.actorq.v1.PublishChunk\x1a\x17.actorq.v1.PublishReply(\x01\x12M\n\x0bWatchPolicy\x12\x1d.actorq.v1.WatchPolicyRequest\x1a\x1d.actorq.v1.PolicyAnnouncement0\x01\x12@\n\tGetPolicy\x12\x1b.actorq.v1.GetPolicyRequest\x1a\x14.actorq.v1.BlobChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'actorq.v1.parameter_server_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_BLOBKIND']._serialized_start=940
+  _globals['_BLOBKIND']._serialized_end=991
   _globals['_PUBLISHHEADER']._serialized_start=72
   _globals['_PUBLISHHEADER']._serialized_end=224
   _globals['_TENSORCHUNK']._serialized_start=226
@@ -45,9 +47,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POLICYANNOUNCEMENT']._serialized_start=586
   _globals['_POLICYANNOUNCEMENT']._serialized_end=722
   _globals['_GETPOLICYREQUEST']._serialized_start=724
-  _globals['_GETPOLICYREQUEST']._serialized_end=777
-  _globals['_BLOBCHUNK']._serialized_start=779
-  _globals['_BLOBCHUNK']._serialized_end=858
-  _globals['_PARAMETERSERVER']._serialized_start=861
-  _globals['_PARAMETERSERVER']._serialized_end=1093
+  _globals['_GETPOLICYREQUEST']._serialized_end=799
+  _globals['_BLOBCHUNK']._serialized_start=802
+  _globals['_BLOBCHUNK']._serialized_end=938
+  _globals['_PARAMETERSERVER']._serialized_start=994
+  _globals['_PARAMETERSERVER']._serialized_end=1226
 # @@protoc_insertion_point(module_scope)

@@ -1,11 +1,19 @@
 from actorq.v1 import policy_pb2 as _policy_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class BlobKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BLOB_KIND_FULL: _ClassVar[BlobKind]
+    BLOB_KIND_DELTA: _ClassVar[BlobKind]
+BLOB_KIND_FULL: BlobKind
+BLOB_KIND_DELTA: BlobKind
 
 class PublishHeader(_message.Message):
     __slots__ = ("version", "learner_step", "precision", "spec", "num_tensors")
@@ -76,21 +84,27 @@ class PolicyAnnouncement(_message.Message):
     def __init__(self, version: _Optional[int] = ..., precision: _Optional[_Union[_policy_pb2.Precision, str]] = ..., blob_bytes: _Optional[int] = ..., sha256: _Optional[bytes] = ..., learner_step: _Optional[int] = ...) -> None: ...
 
 class GetPolicyRequest(_message.Message):
-    __slots__ = ("version", "actor_id")
+    __slots__ = ("version", "actor_id", "base_version")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     version: int
     actor_id: str
-    def __init__(self, version: _Optional[int] = ..., actor_id: _Optional[str] = ...) -> None: ...
+    base_version: int
+    def __init__(self, version: _Optional[int] = ..., actor_id: _Optional[str] = ..., base_version: _Optional[int] = ...) -> None: ...
 
 class BlobChunk(_message.Message):
-    __slots__ = ("version", "total_bytes", "offset", "data")
+    __slots__ = ("version", "total_bytes", "offset", "data", "kind", "base_version")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     version: int
     total_bytes: int
     offset: int
     data: bytes
-    def __init__(self, version: _Optional[int] = ..., total_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    kind: BlobKind
+    base_version: int
+    def __init__(self, version: _Optional[int] = ..., total_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., kind: _Optional[_Union[BlobKind, str]] = ..., base_version: _Optional[int] = ...) -> None: ...

@@ -240,6 +240,62 @@ PANELS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Broadcasts: full, sparse, delta",
+        [
+            Panel(
+                "Broadcast bytes/s by kind vs dense fp32",
+                [
+                    _q(
+                        "sum by (kind) (rate(actorq_quantizer_broadcast_kind_bytes_total[$w]))",
+                        "sent {{kind}}",
+                    ),
+                    _q(
+                        "sum by (kind) "
+                        "(rate(actorq_quantizer_broadcast_dense_fp32_bytes_total[$w]))",
+                        "as dense fp32 {{kind}}",
+                    ),
+                ],
+                "Bps",
+                description="full: dense int8 blob; sparse: blob with sparse layers; "
+                "delta: change from the version the actor held.",
+            ),
+            Panel(
+                "Delta size / dense fp32 blob",
+                [
+                    _q(
+                        "histogram_quantile(0.5, sum by (le) "
+                        "(rate(actorq_quantizer_delta_ratio_bucket[5m])))",
+                        "median",
+                    ),
+                    _q(
+                        "histogram_quantile(0.9, sum by (le) "
+                        "(rate(actorq_quantizer_delta_ratio_bucket[5m])))",
+                        "p90",
+                    ),
+                    _q(
+                        "max(actorq_quantizer_blob_bytes) / "
+                        "max(actorq_quantizer_dense_fp32_blob_bytes)",
+                        "full blob",
+                    ),
+                ],
+                "percentunit",
+                description="Each stored delta against the same version as a dense fp32 blob.",
+            ),
+            Panel(
+                "Delta fallbacks",
+                [
+                    _q(
+                        "sum by (reason) (increase(actorq_actor_policy_delta_fallbacks_total[5m]))",
+                        "{{reason}}",
+                    )
+                ],
+                "none",
+                description="Deltas an actor could not apply or verify (it fetched the full "
+                "blob); should stay 0.",
+            ),
+        ],
+    ),
+    (
         "Learner and replay",
         [
             Panel(
@@ -272,6 +328,161 @@ PANELS: list[tuple[str, list[Panel]]] = [
                 description="Fraction of time the learner waited for data.",
             ),
             Panel("Scrape targets up", [_q("sum by (job) (up)", "{{job}}")], "none"),
+        ],
+    ),
+    (
+        "On-policy (PPO, APPO, A2C)",
+        [
+            Panel(
+                "Importance ratios (learner / behaviour)",
+                [
+                    _q("max(actorq_learner_importance_ratio_mean)", "mean ratio"),
+                    _q("max(actorq_learner_importance_ratio_max)", "max ratio"),
+                    _q("max(actorq_learner_importance_ratio_abs_dev)", "mean |ratio - 1|"),
+                    _q("max(actorq_learner_importance_ess_fraction)", "ESS fraction"),
+                    _q("max(actorq_learner_importance_clipped_fraction)", "clipped fraction"),
+                ],
+                "short",
+                description="Per update, before its first step: the int8, lagged actors' gap.",
+            ),
+            Panel(
+                "Segments and policy lag",
+                [
+                    _q("max(actorq_learner_segment_policy_lag_versions)", "lag (versions)"),
+                    _q("sum(rate(actorq_learner_segments_trained_total[$w]))", "trained/s"),
+                    _q("sum(rate(actorq_learner_segments_dropped_total[$w]))", "dropped stale/s"),
+                ],
+                "short",
+            ),
+        ],
+    ),
+    (
+        "Runtime breakdown, guard and energy",
+        [
+            Panel(
+                "Actor step time by phase",
+                [
+                    _q(
+                        "sum by (phase) (rate(actorq_actor_step_phase_seconds_sum{$a}[$w])) "
+                        "/ scalar(sum(rate(actorq_actor_loop_steps_total{$a}[$w])))",
+                        "{{phase}}",
+                    ),
+                    _q(
+                        "sum(rate(actorq_actor_loop_seconds_total{$a}[$w])) "
+                        "/ sum(rate(actorq_actor_loop_steps_total{$a}[$w]))",
+                        "measured step",
+                    ),
+                ],
+                "s",
+                description="Seconds per env-loop step by phase (push and rate-limit waits "
+                "amortised over steps); the phases add up to the measured step.",
+            ),
+            Panel(
+                "Policy load and publish phases",
+                [
+                    _q(
+                        "sum by (phase) (rate(actorq_actor_policy_phase_seconds_sum{$a}[$w])) "
+                        "/ sum by (phase) (rate(actorq_actor_policy_phase_seconds_count{$a}[$w]))",
+                        "actor {{phase}}",
+                    ),
+                    _q(
+                        "sum by (phase) (rate(actorq_quantizer_publish_phase_seconds_sum[$w])) "
+                        "/ sum by (phase) (rate(actorq_quantizer_publish_phase_seconds_count[$w]))",
+                        "quantizer {{phase}}",
+                    ),
+                ],
+                "s",
+                description="Seconds per version: actors' pull, verify and build (policy "
+                "follower thread) and the quantizer's assemble, quantize, guard, store.",
+            ),
+            Panel(
+                "Guard: divergence from fp32",
+                [
+                    _q(
+                        "max by (measure, stage) (actorq_quantizer_guard_divergence_ratio)",
+                        "{{stage}} {{measure}}",
+                    ),
+                    _q("max(actorq_quantizer_guard_threshold_ratio)", "threshold"),
+                ],
+                "percentunit",
+                description="How differently the newest version acts from fp32 on recent "
+                "replay observations, before and after per-layer fallbacks.",
+            ),
+            Panel(
+                "Guard: versions with fallback layers",
+                [_q("sum(increase(actorq_quantizer_guard_fallback_versions_total[$w]))", "")],
+                "short",
+            ),
+            Panel(
+                "Power (estimate)",
+                [_q("sum by (job) (rate(actorq_service_energy_joules_total[$w]))", "{{job}}")],
+                "watt",
+                description="CPU seconds x watts per core (actorq/energy.py); an estimate.",
+            ),
+            Panel(
+                "CO2e so far (estimate)",
+                [_q("sum(actorq_service_co2_grams_total)", "grams")],
+                "short",
+                "stat",
+            ),
+        ],
+    ),
+    (
+        "Sparse training (RLx2)",
+        [
+            Panel(
+                "Sparsity per layer",
+                [
+                    _q(
+                        "max by (network, layer) (actorq_learner_sparsity_ratio)",
+                        "{{network}} {{layer}}",
+                    )
+                ],
+                "percentunit",
+                description="Share of zero weights per Linear layer; empty on DQN runs.",
+            ),
+            Panel(
+                "Topology changes",
+                [
+                    _q(
+                        "max by (network) (actorq_learner_mask_version)", "{{network}} mask version"
+                    ),
+                    _q(
+                        "sum by (network) "
+                        "(increase(actorq_learner_topology_changed_weights_total[$w]))",
+                        "{{network}} weights moved",
+                    ),
+                ],
+                "short",
+            ),
+            Panel(
+                "Training FLOPs/s: sparse vs dense",
+                [_q("sum by (kind) (rate(actorq_learner_train_flops_total[$w]))", "{{kind}}")],
+                "short",
+                description="As trained (sparse) and the dense equivalent, RLx2's count.",
+            ),
+            Panel(
+                "Inference FLOPs per action",
+                [_q("max by (kind) (actorq_learner_policy_inference_flops)", "{{kind}}")],
+                "short",
+            ),
+            Panel(
+                "Replay capacity and policy distance",
+                [
+                    _q("max(actorq_learner_replay_capacity)", "capacity"),
+                    _q("max(actorq_learner_replay_size)", "size"),
+                ],
+                "short",
+                description="RLx2's dynamic capacity: rows the replay may hold now.",
+            ),
+            Panel(
+                "TD target n and oldest data's policy distance",
+                [
+                    _q("max(actorq_learner_td_nstep)", "n"),
+                    _q("max(actorq_learner_replay_policy_distance)", "policy distance"),
+                ],
+                "short",
+            ),
         ],
     ),
 ]

@@ -15,6 +15,7 @@ from actorq import metrics
 from actorq.actor.identity import claim_actor_index
 from actorq.actor.loop import Actor, Evaluator
 from actorq.actor.policy_follower import PolicyFollower
+from actorq.actor.trajectory import TrajectoryActor
 from actorq.config import ActorSettings, load_settings
 from actorq.envs import describe_env, make_vector_env
 from actorq.redis_keys import RedisKeys
@@ -35,8 +36,12 @@ def serve(settings: ActorSettings) -> int:
     keys = RedisKeys(settings.redis_prefix)
     settings = claim_actor_index(settings, client, keys)  # replicas of one template (-1)
     runtime = ServiceRuntime(settings.instance_id)
+    on_policy = settings.unroll_length > 0 and not settings.evaluator
     env = make_vector_env(
-        settings.env_id, settings.envs_per_actor, settings.seed + 1000 * settings.actor_index
+        settings.env_id,
+        settings.envs_per_actor,
+        settings.seed + 1000 * settings.actor_index,
+        native=not on_policy,  # segments need SAME_STEP autoreset (actorq.actor.trajectory)
     )
     tls = TlsConfig.from_settings(settings)
     follower = PolicyFollower(
@@ -45,7 +50,7 @@ def serve(settings: ActorSettings) -> int:
         keys=load_policy_keys(settings.policy_key_file, settings.policy_previous_key_file),
         tls=tls,
     ).start()
-    kind = Evaluator if settings.evaluator else Actor
+    kind = Evaluator if settings.evaluator else (TrajectoryActor if on_policy else Actor)
     worker = kind(settings, env, follower, client, keys, runtime.stop_event)
     server = GrpcServer(
         settings.bind_host,
@@ -60,7 +65,9 @@ def serve(settings: ActorSettings) -> int:
         max_workers=4,
         tls=tls,
     )
-    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    metrics_port = metrics.serve_metrics(
+        settings.bind_host, settings.metrics_port, service=settings.instance_id
+    )
     server.start()
     log.info(
         "%s up: env %s x%d, control port %d, metrics %s, quantizer %s",
@@ -80,7 +87,7 @@ def serve(settings: ActorSettings) -> int:
     follower.stop()
     env.close()
     server.stop(grace=1.0)
-    if isinstance(worker, Actor):  # what "nothing acknowledged is lost" is checked against
+    if not isinstance(worker, Evaluator):  # what "nothing acknowledged is lost" is checked against
         log.info(
             "%s stopped: %d env steps, %d transitions acknowledged by Redis",
             settings.instance_id,
@@ -91,7 +98,7 @@ def serve(settings: ActorSettings) -> int:
 
 
 def _status(
-    worker: Actor | Evaluator, follower: PolicyFollower, runtime: ServiceRuntime
+    worker: Actor | TrajectoryActor | Evaluator, follower: PolicyFollower, runtime: ServiceRuntime
 ) -> StatusSnapshot:
     current = follower.current
     counters = {
@@ -101,11 +108,14 @@ def _status(
         "policy_rejections": follower.rejections,
         "policy_loads": follower.loads,
         "policy_bytes_received": follower.bytes_received,
+        "policy_delta_fallbacks": follower.delta_fallbacks,
         "latest_announced_version": follower.latest_announced,
     }
-    if isinstance(worker, Actor):
+    if not isinstance(worker, Evaluator):
         counters["replay_inserted"] = worker.inserted
         counters["epsilon_mean"] = float(worker.epsilon.mean())
+        counters.update(worker.breakdown_counters())  # actorq.breakdown
+        counters.update(follower.clock.counters("policy_seconds"))
     return StatusSnapshot(
         role="evaluator" if isinstance(worker, Evaluator) else "actor",
         instance_id=worker.instance,

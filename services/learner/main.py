@@ -15,7 +15,8 @@ import torch
 
 from actorq import metrics
 from actorq.algos.dqn import DQNLearner
-from actorq.algos.factory import load_algorithm_config, policy_spec
+from actorq.algos.factory import is_on_policy, load_algorithm_config, policy_spec
+from actorq.allocator import retain_freed_memory
 from actorq.config import LearnerSettings, load_settings
 from actorq.learner.distributed import DistConfig, init_group, leave_group
 from actorq.learner.loop import Learner
@@ -27,6 +28,7 @@ from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
 from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
+from actorq.sparse.config import SparseTrainingConfig
 
 log = logging.getLogger("actorq.learner")
 
@@ -41,7 +43,12 @@ def dist_config(settings: LearnerSettings) -> DistConfig:
     )
 
 
-def build_learner(settings: LearnerSettings, dqn, runtime: ServiceRuntime) -> Learner:
+def build_learner(
+    settings: LearnerSettings,
+    dqn,
+    runtime: ServiceRuntime,
+    rlx2: SparseTrainingConfig | None = None,
+) -> Learner:
     spec = policy_spec(settings.env_id, settings.algo, settings.hidden, dqn)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
@@ -57,7 +64,7 @@ def build_learner(settings: LearnerSettings, dqn, runtime: ServiceRuntime) -> Le
             latest_stored=store.latest_version,
             tls=TlsConfig.from_settings(settings),
         )
-    return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event, dist)
+    return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event, dist, rlx2)
 
 
 class _Rate:
@@ -100,6 +107,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "world_size": learner.dist.world_size,
                 # Equal on every rank while the replicas agree (a parallel-learner check).
                 "weights_checksum": _weights_checksum(learner),
+                # Sparsity, FLOPs, n-step, replay capacity (actorq.learner.rlx2).
+                **(learner.rlx2.status() if learner.rlx2 is not None else {}),
             },
         )
 
@@ -111,10 +120,11 @@ def _weights_checksum(learner: Learner) -> float:
     return learner.dqn.weights_checksum() if isinstance(learner.dqn, DQNLearner) else 0.0
 
 
-def serve(settings: LearnerSettings, dqn) -> int:
+def serve(settings: LearnerSettings, dqn, rlx2: SparseTrainingConfig | None = None) -> int:
     torch.set_num_threads(settings.torch_threads)
+    retain_freed_memory()  # no page faults on each update's activation buffers
     runtime = ServiceRuntime("learner")
-    learner = build_learner(settings, dqn, runtime)
+    learner = build_learner(settings, dqn, runtime, rlx2)
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
@@ -128,7 +138,9 @@ def serve(settings: LearnerSettings, dqn) -> int:
         max_workers=4,
         tls=TlsConfig.from_settings(settings),
     )
-    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    metrics_port = metrics.serve_metrics(
+        settings.bind_host, settings.metrics_port, service="learner"
+    )
     server.start()
     init_group(learner.dist, settings.device)
     learner.restore()
@@ -168,7 +180,13 @@ def main() -> None:
         settings = load_settings(LearnerSettings)
         setup_logging(settings.log_level)
         dqn = load_algorithm_config(settings.algo)
-        return serve(settings, dqn)
+        if is_on_policy(settings.algo):  # trajectory segments, no replay
+            from actorq.learner.onpolicy_service import serve_onpolicy
+
+            return serve_onpolicy(settings, dqn)
+        rlx2 = load_settings(SparseTrainingConfig)  # ACTORQ_SPARSITY_* and the rest of RLx2
+        rlx2.check_usable(settings.algo, settings.replay, settings.world_size)
+        return serve(settings, dqn, rlx2)
 
     run_main(_main)
 

@@ -9,6 +9,7 @@ import logging
 
 from actorq import metrics
 from actorq.config import QuantizerSettings, load_settings, redact_url
+from actorq.guard import GuardConfig, PolicyGuard, replay_probe
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
@@ -26,7 +27,13 @@ def serve(settings: QuantizerSettings) -> int:
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     store = PolicyStore(client, RedisKeys(settings.redis_prefix), settings.keep_versions)
     keys = load_policy_keys(settings.policy_key_file, settings.policy_previous_key_file)
-    params = ParameterServer(store, settings.chunk_bytes, settings.max_publish_bytes, keys=keys)
+    params = ParameterServer(
+        store,
+        settings.chunk_bytes,
+        settings.max_publish_bytes,
+        keys=keys,
+        guard=_guard(settings, client),
+    )
 
     def status() -> StatusSnapshot:
         latest = params.board.latest
@@ -41,6 +48,11 @@ def serve(settings: QuantizerSettings) -> int:
                 "broadcast_fp32_equivalent_bytes_total": params.fp32_bytes_sent,
                 "bytes_saved_total": max(params.fp32_bytes_sent - params.bytes_sent, 0),
                 "blob_bytes": latest.blob_bytes if latest else 0,
+                **params.clock.counters("publish_seconds"),  # actorq.breakdown
+                **params.guard_stats.counters(),  # actorq.guard
+                "dense_fp32_bytes": params.deltas.dense_fp32_bytes,
+                "delta_bytes_median": params.deltas.delta_bytes_median,
+                **{f"broadcast_{k}_bytes": v for k, v in params.deltas.sent_by_kind.items()},
             },
         )
 
@@ -56,7 +68,9 @@ def serve(settings: QuantizerSettings) -> int:
         max_workers=512,  # one thread per open WatchPolicy stream, plus headroom
         tls=TlsConfig.from_settings(settings),
     )
-    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    metrics_port = metrics.serve_metrics(
+        settings.bind_host, settings.metrics_port, service="quantizer"
+    )
     server.start()
     log.info(
         "quantizer serving on %s:%d (%s, metrics %s), redis %s, latest version %d, %s",
@@ -72,6 +86,18 @@ def serve(settings: QuantizerSettings) -> int:
     params.close()
     server.stop(grace=2.0)
     return 0
+
+
+def _guard(settings: QuantizerSettings, client) -> PolicyGuard | None:
+    if not settings.guard:
+        return None
+    config = GuardConfig(
+        max_disagreement=settings.guard_max_disagreement,
+        max_action_diff=settings.guard_max_action_diff,
+        probe_size=settings.guard_probe_size,
+        fallback=settings.guard_fallback,
+    )
+    return PolicyGuard(config, replay_probe(client, RedisKeys(settings.redis_prefix)))
 
 
 def _tls_mode(tls: TlsConfig) -> str:

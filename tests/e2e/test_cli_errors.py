@@ -34,6 +34,12 @@ def _run(
         (["--precision", "int3"], "int3"),
         (["--actors", "0"], "--actors"),
         (["--max-env-steps", "-5"], "--max-env-steps"),
+        (["--algo", "td3", "--env", "Pendulum-v1", "--sparsity", "1.0"], "--sparsity"),
+        (["--sparsity", "0.9"], "--algo dqn"),  # DQN has no sparse training
+        (
+            ["--algo", "sac", "--env", "Pendulum-v1", "--sparsity", "0.9", "--learners", "2"],
+            "--learners 2",
+        ),
     ],
 )
 def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expected: str) -> None:
@@ -72,3 +78,17 @@ def test_service_with_bad_setting_exits_2() -> None:
     result = _run(["-m", "services.learner"], env={"ACTORQ_PRECISION": "int3"})
     assert result.returncode == 2
     assert "int3" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"ACTORQ_ALGO": "td3", "ACTORQ_SPARSITY_ACTOR": "1.5"}, "ACTORQ_SPARSITY_ACTOR"),
+        ({"ACTORQ_ALGO": "dqn", "ACTORQ_SPARSITY_CRITIC": "0.9"}, "'dqn'"),
+    ],
+)
+def test_learner_with_bad_sparse_setting_exits_2(env: dict[str, str], expected: str) -> None:
+    result = _run(["-m", "services.learner"], env={"ACTORQ_ENV_ID": "Pendulum-v1", **env})
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

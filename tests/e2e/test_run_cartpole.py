@@ -79,6 +79,9 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     # default 64x64 net to about 0.32x (large nets reach 0.256x, see BENCHMARKS.md)
     assert 0 < summary["blob_bytes"] <= 0.35 * summary["fp32_equivalent_bytes"]
     assert summary["bytes_saved_total"] > summary["broadcast_bytes_total"]
+    # Versions after the first travel as deltas, smaller than the full int8 blob.
+    assert summary["dense_fp32_bytes"] > summary["fp32_equivalent_bytes"]
+    assert 0 < summary["delta_bytes_median"] < summary["blob_bytes"]
 
     for name in (
         "config.json",

@@ -115,6 +115,9 @@ def test_actor_refuses_corrupt_blobs_counts_them_logs_once_and_goes_on(
             behind_the_board.publish(fz.valid_stream(version))
             blob = redis_client.get(redis_keys.policy_blob(version))
             redis_client.set(redis_keys.policy_blob(version), _corrupt(blob, how))
+            delta = redis_client.get(redis_keys.policy_delta(version))
+            if delta is not None:  # a corrupt delta falls back to the (corrupt) full blob
+                redis_client.set(redis_keys.policy_delta(version), _corrupt(delta, how))
             target.params.board.post(target.store.announcement(version))
             wait_for(lambda v=version: follower.rejections == v - 1)
         assert follower.current.version == 1 and follower.loads == 1

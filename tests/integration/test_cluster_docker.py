@@ -1,4 +1,5 @@
-"""`actorq cluster` against a Docker engine: where none answers, it says so and fails."""
+"""`actorq cluster` where no Docker engine answers: it says so and fails. Against a real
+engine: tests/e2e/test_cluster_engine.py."""
 
 from __future__ import annotations
 
@@ -34,26 +35,3 @@ def test_bad_actor_count_is_a_usage_error_before_any_engine_is_asked(tmp_path) -
     proc = _cluster("up", "--actors", "-3", docker_host=f"unix://{tmp_path}/none.sock")
     assert proc.returncode == 2
     assert "--actors: expected 0..1024, got -3" in proc.stderr
-
-
-def test_up_scale_down_on_a_real_engine() -> None:
-    from actorq.cluster.docker_backend import NoDockerEngine, connect
-
-    try:
-        client = connect()
-    except NoDockerEngine as exc:
-        pytest.skip(f"needs a Docker engine and the actorq image: {exc}")
-    images = [t for image in client.images.list() for t in image.tags]
-    if "actorq:latest" not in images:
-        pytest.skip("needs the actorq:latest image: docker build -t actorq:latest .")
-    from actorq.cluster.docker_backend import DockerCluster
-    from actorq.cluster.specs import ClusterConfig
-
-    cluster = DockerCluster(client, ClusterConfig(name="actorq-test", actors=2))
-    try:
-        plan = cluster.up()
-        assert len(plan.containers) == 5
-        assert len(cluster.scale(4)) == 2
-        assert len(cluster._containers("actor")) == 4
-    finally:
-        cluster.down(remove_volumes=True)

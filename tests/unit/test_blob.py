@@ -290,7 +290,7 @@ def _claims_fp16(p: policy_pb2.Policy) -> None:
 
 
 def _bad_kind(p: policy_pb2.Policy) -> None:
-    p.spec.kind = "cnn"
+    p.spec.kind = "transformer"
 
 
 def _bad_spec(p: policy_pb2.Policy) -> None:
@@ -317,7 +317,7 @@ def _spec_disagrees_with_tensors(p: policy_pb2.Policy) -> None:
         (_unknown_dtype, r"unknown dtype value 9"),
         (_unknown_precision, r"unknown precision value 9"),
         (_claims_fp16, r"dtype DTYPE_INT8, expected DTYPE_FLOAT16"),
-        (_bad_kind, r"model kind 'cnn' is not supported"),
+        (_bad_kind, r"model kind 'transformer' is not supported"),
         (_bad_spec, r"invalid model spec"),
         (_spec_disagrees_with_tensors, r"'layers\.0\.weight' has shape \(16, 6\), spec says \(17"),
     ],

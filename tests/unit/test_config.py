@@ -65,7 +65,7 @@ def test_run_settings_validate_flags() -> None:
     with pytest.raises(ConfigError, match="--actors"):
         RunSettings(actors=0)
     with pytest.raises(ConfigError, match="--algo"):
-        RunSettings(algo="ppo")
+        RunSettings(algo="trpo")
     with pytest.raises(ConfigError, match="precision"):
         RunSettings(precision="bf16")
 
@@ -75,3 +75,12 @@ def test_parse_int_tuple() -> None:
     for bad in ("", "a", "0", "1,,x"):
         with pytest.raises(ConfigError):
             parse_int_tuple(bad, "--hidden")
+
+
+def test_onpolicy_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="--unroll"):
+        RunSettings(algo="ppo", unroll=0)
+    with pytest.raises(ConfigError, match="obs_codec"):
+        ActorSettings(obs_codec="gzip")
+    with pytest.raises(ConfigError, match="unroll_length"):
+        ActorSettings(unroll_length=-1)

@@ -225,11 +225,11 @@ def test_qat_actor_trains_through_fake_quantized_weights() -> None:
 
 
 def test_factory_and_configs() -> None:
-    assert ALGORITHMS == ("dqn", "ddpg", "td3", "sac", "d4pg")
+    assert ALGORITHMS == ("dqn", "ddpg", "td3", "sac", "d4pg", "ppo", "appo", "a2c")
     cfg = load_algorithm_config("td3", {"ACTORQ_TD3_POLICY_DELAY": "3", "ACTORQ_DQN_LR": "x"})
     assert isinstance(cfg, TD3Config) and cfg.policy_delay == 3
-    with pytest.raises(ValueError, match="unknown algorithm 'ppo'; expected one of dqn, ddpg"):
-        make_algorithm("ppo", OBS, ACT, HIDDEN)
+    with pytest.raises(ValueError, match="unknown algorithm 'trpo'; expected one of dqn, ddpg"):
+        make_algorithm("trpo", OBS, ACT, HIDDEN)
     with pytest.raises(TypeError, match="td3 needs a TD3Config, got DDPGConfig"):
         make_algorithm("td3", OBS, ACT, HIDDEN, DDPGConfig())
     with pytest.raises(ValueError, match=r"D4PGConfig.v_max must be > v_min=1.0, got 0.0"):

@@ -20,7 +20,7 @@ from actorq.quant import quantized_policy_from_weights
 
 def _checkpoint(tmp_path: Path, algo: str, env_id: str, with_algo_meta: bool = True) -> Path:
     spec = policy_spec(env_id, algo, (16, 16))
-    learner = make_algorithm(algo, spec.obs_dim, spec.num_outputs, (16, 16), seed=1)
+    learner = make_algorithm(algo, spec.obs_dim, spec.num_outputs, (16, 16), seed=1, spec=spec)
     meta = {"env_id": env_id, "hidden": [16, 16], "updates": 0, "version": 0}
     if with_algo_meta:
         meta["algo"] = algo
@@ -29,7 +29,10 @@ def _checkpoint(tmp_path: Path, algo: str, env_id: str, with_algo_meta: bool = T
     return run
 
 
-@pytest.mark.parametrize(("algo", "env_id"), [("dqn", "CartPole-v1"), ("td3", "Pendulum-v1")])
+@pytest.mark.parametrize(
+    ("algo", "env_id"),
+    [("dqn", "CartPole-v1"), ("td3", "Pendulum-v1"), ("ppo", "minatar:breakout")],
+)
 def test_study_writes_table_and_plot(tmp_path: Path, algo: str, env_id: str, capsys) -> None:
     run = _checkpoint(tmp_path, algo, env_id)
     code = main(["ptq", str(run), "--bits", "32,16,8,4,2", "--episodes", "3"])

@@ -1,0 +1,300 @@
+"""Guarded broadcasts: no actor acts with a policy that strays past a threshold from fp32.
+
+For every version the quantizer runs the broadcast policy (built exactly as actors build
+it: blob -> verified decode -> inference module) and the fp32 policy on a probe batch of
+recent observations from replay, and measures how differently they act:
+- Q-networks (discrete actions): greedy-action disagreement (share of probe observations
+  whose argmax differs; the guarded measure) and the relative Q error
+  mean|q_q - q_fp32| / mean|q_fp32|;
+- deterministic tanh policies (continuous): mean |a_q - a_fp32| / action range (2, actions
+  live in [-1, 1]; the guarded measure), and the KL between the actors' Gaussian
+  exploration distributions around the two actions, sum_d (a_q - a_fp32)^2 / (2 sigma^2)
+  averaged over the probe (sigma = ACTORQ_NOISE_SIGMA's default 0.1), which is what a
+  stochastic actor's behaviour gap is.
+Above the threshold it falls back per layer: layers are ranked by the divergence each
+causes alone (that layer quantized, the rest fp32) and the worst are stored as fp16 (then
+fp32) until the measure is under the threshold. Every fallback is counted and recorded
+in the version's metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import redis
+import torch
+
+from actorq import metrics
+from actorq.config import ConfigError
+from actorq.models import MLPSpec
+from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, linear_layer_names
+from actorq.quant import EncodedPolicy, build_policy_module, decode_policy
+from actorq.quant.precision import parse_precision, precision_name
+from actorq.redis_keys import RedisKeys
+from actorq.replay import ReplayDecodeError, decode_batch
+from actorq.v1 import policy_pb2
+
+log = logging.getLogger(__name__)
+
+ACTION_RANGE = 2.0  # continuous actions are in [-1, 1] (actorq.envs)
+FP32 = policy_pb2.PRECISION_FP32
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """ACTORQ_GUARD_* settings of the quantizer."""
+
+    enabled: bool = True
+    max_disagreement: float = 0.05  # discrete: share of probe obs with another greedy action
+    max_action_diff: float = 0.05  # continuous: mean |a_q - a_fp32| / action range
+    probe_size: int = 256  # recent replay observations per check
+    fallback: str = "fp16"  # first fallback precision of an offending layer (then fp32)
+    noise_sigma: float = 0.1  # exploration std for the reported KL (continuous)
+
+    def __post_init__(self) -> None:
+        for name in ("max_disagreement", "max_action_diff"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"guard {name}: expected 0..1, got {value}")
+        if self.probe_size < 1:
+            raise ConfigError(f"guard probe_size: expected >= 1, got {self.probe_size}")
+        if self.fallback not in ("fp16", "fp32"):
+            raise ConfigError(f"guard fallback: expected fp16 or fp32, got {self.fallback!r}")
+        if self.noise_sigma <= 0:
+            raise ConfigError(f"guard noise_sigma: expected > 0, got {self.noise_sigma}")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """How differently a broadcast policy acts from fp32 on the probe."""
+
+    measure: str  # "disagreement" (discrete) or "action_diff" (continuous): the guarded one
+    value: float
+    agreement: float | None = None  # discrete: 1 - disagreement
+    q_error: float | None = None  # discrete: relative mean |dQ|
+    kl: float | None = None  # continuous: Gaussian exploration KL
+
+    def fields(self, prefix: str) -> dict[str, float]:
+        out = {f"{prefix}{self.measure}": self.value}
+        for name in ("agreement", "q_error", "kl"):
+            value = getattr(self, name)
+            if value is not None:
+                out[f"{prefix}{name}"] = value
+        return out
+
+
+def divergence(
+    reference: np.ndarray, candidate: np.ndarray, continuous: bool, sigma: float = 0.1
+) -> Divergence:
+    """Divergence of `candidate` outputs from `reference` (fp32) outputs, [B, outputs]."""
+    if continuous:
+        diff = np.abs(candidate - reference)
+        kl = float(np.mean(np.sum(diff**2, axis=1) / (2 * sigma**2)))
+        return Divergence("action_diff", float(diff.mean() / ACTION_RANGE), kl=kl)
+    agree = float(np.mean(candidate.argmax(axis=1) == reference.argmax(axis=1)))
+    scale = float(np.abs(reference).mean()) + 1e-8
+    q_error = float(np.abs(candidate - reference).mean() / scale)
+    return Divergence("disagreement", 1.0 - agree, agreement=agree, q_error=q_error)
+
+
+@dataclass
+class GuardResult:
+    encoded: EncodedPolicy  # what is stored and broadcast
+    before: Divergence  # the plain quantized policy
+    after: Divergence  # the broadcast one (after fallbacks)
+    fallback_layers: dict[str, str] = field(default_factory=dict)  # weight -> fp16/fp32
+    probe_source: str = "replay"  # or "synthetic" before any replay exists
+    probe_size: int = 0
+    threshold: float = 0.0
+
+    @property
+    def within(self) -> bool:
+        return self.after.value <= self.threshold
+
+    def meta(self) -> dict[str, str]:
+        """Fields for the version's Redis metadata hash."""
+        out = {k: repr(v) for k, v in self.after.fields("guard_").items()}
+        out |= {k: repr(v) for k, v in self.before.fields("guard_before_").items()}
+        out["guard_threshold"] = repr(self.threshold)
+        out["guard_fallback_layers"] = ",".join(f"{k}={v}" for k, v in self.fallback_layers.items())
+        out["guard_probe"] = f"{self.probe_source}:{self.probe_size}"
+        return out
+
+
+def fp32_outputs(
+    weights: Mapping[str, np.ndarray], spec: MLPSpec, probe: torch.Tensor
+) -> np.ndarray:
+    """The fp32 policy's outputs straight from the weights (no blob round trip: the
+    reference is computed for every version, so it must be cheap)."""
+    x = probe
+    if spec.input_norm:
+        shift, scale = (torch.from_numpy(weights[n]) for n in (INPUT_SHIFT, INPUT_SCALE))
+        x = (x - shift) * scale
+    names = linear_layer_names(len(spec.widths) - 1)
+    with torch.inference_mode():
+        for i, name in enumerate(names):
+            w, b = (torch.from_numpy(weights[f"{name}.{k}"]) for k in ("weight", "bias"))
+            x = torch.addmm(b, x, w.t())
+            if i < len(names) - 1:
+                x = x.relu()
+        if spec.output_activation == "tanh":
+            x = x.tanh()
+        return x.numpy()
+
+
+def _outputs(encoded: EncodedPolicy, spec: MLPSpec, probe: torch.Tensor) -> np.ndarray:
+    module = build_policy_module(decode_policy(encoded.envelope, expected_spec=spec))
+    with torch.inference_mode():
+        return module(probe).numpy()
+
+
+class PolicyGuard:
+    """Measures each version against fp32 and re-encodes it with fallbacks when needed."""
+
+    def __init__(
+        self, config: GuardConfig, probe: Callable[[int], np.ndarray | None] | None = None
+    ) -> None:
+        self.config = config
+        self._probe = probe  # n -> recent observations [<= n, obs_dim], None when none
+        self._fallback = parse_precision(config.fallback)
+
+    def threshold(self, spec: MLPSpec) -> float:
+        continuous = spec.output_activation == "tanh"
+        return self.config.max_action_diff if continuous else self.config.max_disagreement
+
+    def probe_batch(self, spec: MLPSpec) -> tuple[torch.Tensor, str]:
+        obs = self._probe(self.config.probe_size) if self._probe is not None else None
+        if obs is not None and len(obs) and obs.shape[1] == spec.obs_dim:
+            return torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)), "replay"
+        # Before any replay (the first versions): standard normal observations.
+        rng = np.random.default_rng(0)
+        synthetic = rng.standard_normal((self.config.probe_size, spec.obs_dim), np.float32)
+        return torch.from_numpy(synthetic), "synthetic"
+
+    def check(
+        self,
+        weights: Mapping[str, np.ndarray],
+        spec: MLPSpec,
+        encoded: EncodedPolicy,
+        encode: Callable[[Mapping[str, int]], EncodedPolicy],
+    ) -> GuardResult:
+        """`encode(fallbacks)` re-encodes the same weights with some layers in float."""
+        probe, source = self.probe_batch(spec)
+        continuous = spec.output_activation == "tanh"
+        sigma = self.config.noise_sigma
+        reference = fp32_outputs(weights, spec, probe)
+        before = divergence(reference, _outputs(encoded, spec, probe), continuous, sigma)
+        limit = self.threshold(spec)
+        result = GuardResult(encoded, before, before, {}, source, len(probe), limit)
+        if before.value <= limit or encoded.precision == FP32:
+            return result
+        ranked = self._ranked_layers(spec, probe, reference, encode)
+        fallbacks: dict[str, int] = {}
+        # Worst layers first at the fallback precision (fp16); if every layer is fp16 and
+        # it is still too far, the same order at fp32. All-fp32 is the reference itself.
+        for precision in dict.fromkeys((self._fallback, FP32)):
+            for name in ranked:
+                fallbacks[name] = precision
+                candidate = encode(fallbacks)
+                after = divergence(reference, _outputs(candidate, spec, probe), continuous, sigma)
+                result.encoded, result.after = candidate, after
+                if after.value <= limit:
+                    result.fallback_layers = {k: precision_name(v) for k, v in fallbacks.items()}
+                    return result
+        result.fallback_layers = {k: precision_name(v) for k, v in fallbacks.items()}
+        return result
+
+    def _ranked_layers(self, spec, probe, reference, encode) -> list[str]:
+        """Weight matrices, worst first: the divergence each causes when it alone is
+        quantized (all others fp32)."""
+        continuous = spec.output_activation == "tanh"
+        names = [n for n, shape in spec.weight_shapes().items() if len(shape) == 2]
+        scores = {}
+        for name in names:
+            others_fp32 = {other: FP32 for other in names if other != name}
+            alone = _outputs(encode(others_fp32), spec, probe)
+            scores[name] = _layer_score(reference, alone, continuous)
+        return sorted(names, key=lambda n: -scores[n])
+
+
+def _layer_score(reference: np.ndarray, candidate: np.ndarray, continuous: bool) -> float:
+    # Mean absolute output error: it ranks layers even where the greedy action rarely flips.
+    scale = 1.0 if continuous else float(np.abs(reference).mean()) + 1e-8
+    return float(np.abs(candidate - reference).mean() / scale)
+
+
+def replay_probe(client: redis.Redis, keys: RedisKeys) -> Callable[[int], np.ndarray | None]:
+    """Probe source: observations of the newest replay batches (XREVRANGE), newest first."""
+
+    def probe(n: int) -> np.ndarray | None:
+        parts, have = [], 0
+        try:
+            entries = client.xrevrange(keys.replay_stream, count=8)  # a few pushes
+        except redis.RedisError as exc:
+            log.debug("no probe from replay: %s", exc)
+            return None
+        for _id, fields in entries:
+            try:
+                obs = decode_batch(fields).obs
+            except ReplayDecodeError:
+                continue
+            parts.append(obs)
+            have += len(obs)
+            if have >= n:
+                break
+        return np.concatenate(parts)[:n] if parts else None
+
+    return probe
+
+
+class GuardStats:
+    """Counts and exports what the guard did: Prometheus, GetStatus counters, logs."""
+
+    def __init__(self) -> None:
+        self.checks = self.fallback_versions = self.fallback_layers = 0
+        self.latest: GuardResult | None = None
+        self.max_broadcast = self.max_before = 0.0
+
+    def record(self, result: GuardResult) -> None:
+        self.checks += 1
+        self.latest = result
+        self.max_broadcast = max(self.max_broadcast, result.after.value)
+        self.max_before = max(self.max_before, result.before.value)
+        for stage, d in (("before", result.before), ("broadcast", result.after)):
+            for name, value in d.fields("").items():
+                metrics.QUANTIZER_GUARD_DIVERGENCE.labels(name, stage).set(value)
+        metrics.QUANTIZER_GUARD_THRESHOLD.set(result.threshold)
+        if result.fallback_layers:
+            self.fallback_versions += 1
+            self.fallback_layers += len(result.fallback_layers)
+            metrics.QUANTIZER_GUARD_FALLBACK_VERSIONS.inc()
+            for layer, precision in result.fallback_layers.items():
+                metrics.QUANTIZER_GUARD_FALLBACK_LAYERS.labels(layer, precision).inc()
+            log.info(
+                "version %d: %s %.4f > %.4f; fallback %s -> %.4f",
+                result.encoded.version,
+                result.before.measure,
+                result.before.value,
+                result.threshold,
+                result.fallback_layers,
+                result.after.value,
+            )
+
+    def counters(self) -> dict[str, float]:
+        if self.latest is None:
+            return {}
+        return {
+            "guard_checks": self.checks,
+            "guard_fallback_versions": self.fallback_versions,
+            "guard_fallback_layers": self.fallback_layers,
+            "guard_threshold": self.latest.threshold,
+            "guard_divergence": self.latest.after.value,
+            "guard_divergence_before": self.latest.before.value,
+            "guard_max_divergence": self.max_broadcast,
+            "guard_max_divergence_before": self.max_before,
+            "guard_synthetic_probe": float(self.latest.probe_source == "synthetic"),
+            **self.latest.after.fields("guard_latest_"),
+        }

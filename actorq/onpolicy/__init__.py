@@ -1,0 +1,1 @@
+"""On-policy data path: trajectory segments from actors to the learner through Redis."""

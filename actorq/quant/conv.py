@@ -1,0 +1,122 @@
+"""int8 convolution for CNN policies on actors, and the conv side of the policy blob.
+
+`make_int8_conv_stack` is the project's one doorway into fbgemm's quantized convolution
+(`quantized::conv2d_relu`, static quantization): weights are int8 with one symmetric
+scale per output channel (exactly the blob's codes, pre-packed once); activations stay
+quint8 from the observation to the last conv and are dequantized once before the head:
+- the observation (times the spec's input_scale) is quantized with scale act_max[0] /
+  127, act_max being the learner's running estimates of the input's and each conv's
+  output range, shipped in the blob (CNNSpec `act_max`);
+- each conv + ReLU writes quint8 with scale act_max[i + 1] / 127.
+7-bit activations (0..127), as torch's own reduce_range: without VNNI (this project's
+AVX2 machine) fbgemm's uint8 x int8 kernel sums pairs of products in int16, which
+saturates with full 8-bit activations (measured: errors of 30-77 output steps on 5-7% of
+outputs). Outputs above act_max still get codes up to 255 (up to 2x act_max) before they
+saturate.
+Why not `quantized::conv2d_dynamic` (no calibration needed): it requantizes its output
+over a range tied to the input's (measured: outputs clip at 2x the input maximum) and
+clamps negatives, so it is wrong for general weights; unfold + the int8 Linear kernels
+was 2-5x slower than fp32 conv here.
+
+Blob form of a conv weight [out, in, k, k] (docs/BLOB_FORMAT.md): the same Tensor as a
+Linear weight, with a 4-D shape. int8/int4 codes are the row-major [out, in * k * k]
+matrix quantized per output channel (axis 0): actorq.quant.tensors `quantize_weight`
+writes them and its decoders read them like any weight.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import nn
+
+from actorq.quant.int8 import _SKIP_TORCH_FUNCTION
+
+MIN_ACT_MAX = 1e-3
+"""Floor of a layer's activation range (an untrained layer's estimate may be 0)."""
+
+
+def _quiet():
+    """torch marks quantized tensor creation as deprecated; silenced here only."""
+    context = warnings.catch_warnings()
+    context.__enter__()
+    warnings.filterwarnings("ignore", message=".*deprecated")
+    return context
+
+
+class Int8ConvStack(nn.Module):
+    """ReLU(conv) x N in int8: float or uint8 obs [B, C, H, W] -> float32 [B, C', H', W']."""
+
+    def __init__(self, packed: list, scales: list[float], input_scale: float) -> None:
+        super().__init__()
+        self._packed = packed
+        self.in_scale, self.out_scales = scales[0], scales[1:]
+        self.input_scale = input_scale
+        self.engine = torch.backends.quantized.engine
+        overload = torch.ops.quantized.conv2d_relu.new  # the packed-weights overload
+        self._op = getattr(overload, "_op", overload)  # see actorq.quant.int8._direct_overload
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        context = _quiet()
+        try:
+            real = obs.float() * self.input_scale if self.input_scale != 1.0 else obs.float()
+            x = torch.quantize_per_tensor(real, self.in_scale, 0, torch.quint8)
+            with _SKIP_TORCH_FUNCTION():
+                for packed, scale in zip(self._packed, self.out_scales, strict=True):
+                    x = self._op(x, packed, scale, 0)
+            return x.dequantize()
+        finally:
+            context.__exit__(None, None, None)
+
+    def extra_repr(self) -> str:
+        return f"convs={len(self._packed)}, input_scale={self.input_scale}, engine={self.engine}"
+
+
+def make_int8_conv_stack(
+    layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]],
+    act_max: torch.Tensor,
+    input_scale: float,
+) -> Int8ConvStack:
+    """Conv + ReLU layers from symmetric per-output-channel int8 codes.
+
+    `layers`: (q_weight int8 [out, in, k, k], scales [out] > 0, bias [out] or None,
+    stride) per conv; `act_max` [1 + len(layers)]: the scaled input's range, then each
+    layer's output range; `input_scale`: what observations are multiplied by first.
+    """
+    if act_max.shape != (1 + len(layers),):
+        raise ValueError(f"need {1 + len(layers)} act_max values, got shape {tuple(act_max.shape)}")
+    if not (input_scale > 0 and math.isfinite(input_scale)):
+        raise ValueError(f"input_scale must be finite and > 0, got {input_scale}")
+    packed = [_pack(*layer) for layer in layers]
+    scales = [max(float(m), MIN_ACT_MAX) / 127.0 for m in act_max]
+    return Int8ConvStack(packed, scales, input_scale)
+
+
+def _pack(q_weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, stride: int):
+    if (
+        q_weight.dtype != torch.int8
+        or q_weight.dim() != 4
+        or q_weight.shape[2] != q_weight.shape[3]
+    ):
+        raise ValueError(
+            f"q_weight must be int8 [out, in, k, k], got {q_weight.dtype} {tuple(q_weight.shape)}"
+        )
+    out = q_weight.shape[0]
+    if scales.shape != (out,) or not bool(torch.isfinite(scales).all() and (scales > 0).all()):
+        raise ValueError(f"need {out} finite scales > 0, got shape {tuple(scales.shape)}")
+    if bias is not None and bias.shape != (out,):
+        raise ValueError(f"bias must have shape ({out},), got {tuple(bias.shape)}")
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    context = _quiet()
+    try:
+        qweight = torch._make_per_channel_quantized_tensor(
+            q_weight.contiguous(), scales.to(torch.float64), torch.zeros(out, dtype=torch.int64), 0
+        )
+        return torch.ops.quantized.conv2d_prepack(
+            qweight, None if bias is None else bias.float(), [stride, stride], [0, 0], [1, 1], 1
+        )
+    finally:
+        context.__exit__(None, None, None)

@@ -1,0 +1,221 @@
+"""Delta broadcasts: version v' sent as its change from a version v the reader holds.
+
+Consecutive versions share most of their int8 codes, so the quantizer can send the
+difference: for each array of the policy (in spec order, each weight's values and then
+its scales, each bias), target minus base, concatenated and zlib-compressed. int8 codes
+subtract byte-wise modulo 256 (mostly zeros and +-1); float arrays XOR their IEEE bit
+patterns (0 where unchanged). Sparse layers need nothing special: their codes travel as
+dense matrices here, so a grown or dropped weight is one changed code.
+
+The reader applies the diff to its arrays, rebuilds the target's payload (the writer's
+encoding is a function of the arrays) and accepts it only if its SHA-256 is the target's
+and, with keys, the target's HMAC verifies: the same trust as a full blob, then the same
+decode. Any doubt raises BlobError and the caller fetches the full blob instead.
+docs/BLOB_FORMAT.md section 9.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import zlib
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from actorq.quant.arrays import PolicyArrays, policy_payload
+from actorq.quant.blob import EncodedPolicy, decode_payload, verified_payload
+from actorq.quant.errors import BlobError
+from actorq.quant.spec import spec_from_proto, spec_to_proto
+from actorq.quant.tensors import TensorArrays
+from actorq.v1 import policy_pb2
+
+if TYPE_CHECKING:
+    from actorq.security.signing import PolicyKeys
+
+ZLIB_LEVEL = 6
+"""zlib level of the diff: level 9 saved under 1% more on real policies, at 2-3x the time."""
+
+
+def _parts(arrays: PolicyArrays) -> list[tuple[str, np.ndarray]]:
+    """The arrays a diff covers, in diff order: per tensor its values, then its scales."""
+    parts: list[tuple[str, np.ndarray]] = []
+    for name in arrays.spec.weight_shapes():
+        tensor = arrays.tensors[name]
+        parts.append((name, tensor.values))
+        if tensor.scales is not None:
+            parts.append((f"{name}:scales", tensor.scales))
+    return parts
+
+
+def _as_bits(values: np.ndarray) -> np.ndarray:
+    """Little-endian unsigned view of the elements (bit patterns for floats)."""
+    unsigned = np.dtype(f"<u{values.dtype.itemsize}")
+    return np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<")).view(unsigned)
+
+
+def _diff(base: np.ndarray, target: np.ndarray) -> np.ndarray:
+    if target.dtype == np.int8:  # codes: (target - base) mod 256
+        return (target.view(np.uint8) - base.view(np.uint8)).ravel()
+    return (_as_bits(target) ^ _as_bits(base)).ravel()
+
+
+def _undiff(base: np.ndarray, diff: np.ndarray) -> np.ndarray:
+    if base.dtype == np.int8:
+        return (base.view(np.uint8) + diff.reshape(base.shape)).view(np.int8)
+    bits = _as_bits(base) ^ diff.reshape(base.shape)
+    return bits.view(base.dtype.newbyteorder("<")).astype(base.dtype)
+
+
+def make_delta(
+    base: PolicyArrays, target: EncodedPolicy, keys: PolicyKeys | None = None
+) -> bytes | None:
+    """Delta envelope from `base` to `target`, or None when they cannot be diffed
+    (different spec or precision, base not newer, base digest unknown)."""
+    new = target.arrays
+    if (
+        new.spec != base.spec
+        or new.precision != base.precision
+        or new.version <= base.version
+        or not base.sha256
+        or not _same_layout(base, new)
+    ):
+        return None
+    diffs = [_diff(b, t) for (_, b), (_, t) in zip(_parts(base), _parts(new), strict=True)]
+    delta = policy_pb2.PolicyDelta(
+        base_version=base.version,
+        base_sha256=base.sha256,
+        header=_header(new),
+        target_sha256=target.sha256,
+        target_hmac_sha256=target.hmac_sha256,
+        target_key_id=target.key_id,
+        codec=policy_pb2.DELTA_CODEC_ZLIB,
+        diff=zlib.compress(b"".join(d.tobytes() for d in diffs), ZLIB_LEVEL),
+    )
+    payload = delta.SerializeToString()
+    envelope = policy_pb2.PolicyEnvelope(payload=payload, sha256=hashlib.sha256(payload).digest())
+    if keys is not None and keys.enabled:
+        envelope.key_id, envelope.hmac_sha256 = keys.sign(payload)
+    return envelope.SerializeToString()
+
+
+def _same_layout(base: PolicyArrays, new: PolicyArrays) -> bool:
+    """Every tensor has the same element type and scales in both (a guard fallback layer,
+    float inside a quantized policy, changes a layer's type: such versions go full)."""
+    for name, tensor in new.tensors.items():
+        held = base.tensors[name]
+        if tensor.values.dtype != held.values.dtype or (tensor.scales is None) != (
+            held.scales is None
+        ):
+            return False
+    return True
+
+
+def _header(arrays: PolicyArrays) -> policy_pb2.Policy:
+    return policy_pb2.Policy(
+        version=arrays.version,
+        learner_step=arrays.learner_step,
+        precision=cast(policy_pb2.Precision, arrays.precision),
+        spec=spec_to_proto(arrays.spec),
+        created_unix_ms=arrays.created_unix_ms,
+        fp32_equivalent_bytes=arrays.fp32_equivalent_bytes,
+    )
+
+
+def apply_delta(
+    base: PolicyArrays,
+    envelope: bytes,
+    keys: PolicyKeys | None = None,
+    expected_sha256: bytes | None = None,
+) -> PolicyArrays:
+    """The target version's arrays, checked exactly like a full blob; BlobError if the
+    delta is corrupt, does not apply to `base`, or rebuilds anything but the target."""
+    delta = _parse(verified_payload(envelope, keys))
+    _check_applies(delta, base, expected_sha256)
+    parts = _parts(base)
+    expected_len = sum(values.nbytes for _, values in parts)
+    raw = _decompress(delta.diff, expected_len)
+    tensors: dict[str, TensorArrays] = {}
+    offset = 0
+    rebuilt: dict[str, np.ndarray] = {}
+    for key, values in parts:
+        diff = np.frombuffer(raw, np.dtype(f"<u{values.dtype.itemsize}"), values.size, offset)
+        rebuilt[key] = _undiff(values, diff)
+        offset += values.nbytes
+    for name, tensor in base.tensors.items():
+        scales = None if tensor.scales is None else rebuilt[f"{name}:scales"]
+        tensors[name] = TensorArrays(rebuilt[name], scales)
+    return _verified_target(delta, base, tensors, keys)
+
+
+def _parse(payload: bytes) -> policy_pb2.PolicyDelta:
+    try:
+        return policy_pb2.PolicyDelta.FromString(payload)
+    except DecodeError as err:
+        raise BlobError(f"policy delta does not parse: {err}") from err
+
+
+def _check_applies(
+    delta: policy_pb2.PolicyDelta, base: PolicyArrays, expected_sha256: bytes | None
+) -> None:
+    header = delta.header
+    if delta.base_version != base.version or not base.sha256:
+        raise BlobError(f"delta applies to version {delta.base_version}, held is {base.version}")
+    if not hmac.compare_digest(delta.base_sha256, base.sha256):
+        raise BlobError(f"delta base sha256 differs from held version {base.version}'s")
+    if header.version <= base.version:
+        raise BlobError(f"delta target version {header.version} is not newer than {base.version}")
+    if header.precision != base.precision or spec_from_proto(header.spec) != base.spec:
+        raise BlobError("delta changes the model spec or precision; only full blobs may")
+    if header.tensors:
+        raise BlobError("delta header must carry no tensors")
+    if delta.codec != policy_pb2.DELTA_CODEC_ZLIB:
+        raise BlobError(f"delta codec value {delta.codec} is not supported (1 = zlib)")
+    if expected_sha256 is not None and delta.target_sha256 != expected_sha256:
+        raise BlobError("delta target sha256 differs from the announced one")
+
+
+def _decompress(data: bytes, expected_len: int) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(data, expected_len + 1)  # bounded: no zip bomb
+    except zlib.error as err:
+        raise BlobError(f"delta diff does not inflate: {err}") from err
+    if len(raw) != expected_len or not inflater.eof or inflater.unused_data:
+        raise BlobError(
+            f"delta diff inflates to {len(raw)}{'+' if not inflater.eof else ''} bytes "
+            f"(complete stream: {inflater.eof}), the held policy needs exactly {expected_len}"
+        )
+    return raw
+
+
+def _verified_target(
+    delta: policy_pb2.PolicyDelta,
+    base: PolicyArrays,
+    tensors: dict[str, TensorArrays],
+    keys: PolicyKeys | None,
+) -> PolicyArrays:
+    header = delta.header
+    target = PolicyArrays(
+        version=header.version,
+        learner_step=header.learner_step,
+        precision=base.precision,
+        spec=base.spec,
+        created_unix_ms=header.created_unix_ms,
+        fp32_equivalent_bytes=header.fp32_equivalent_bytes,
+        tensors=tensors,
+    )
+    try:
+        payload, _ = policy_payload(target)
+    except ValueError as err:  # e.g. an int4 code the packer refuses
+        raise BlobError(f"delta rebuilds an invalid policy: {err}") from err
+    digest = hashlib.sha256(payload).digest()
+    if not hmac.compare_digest(digest, delta.target_sha256):
+        raise BlobError(
+            f"delta rebuilds a payload hashing to {digest.hex()[:16]}..., target is "
+            f"{delta.target_sha256.hex()[:16]}..."
+        )
+    if keys is not None and keys.enabled:
+        keys.verify(payload, delta.target_key_id, delta.target_hmac_sha256)
+    return decode_payload(payload, digest, base.spec)

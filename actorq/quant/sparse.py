@@ -1,0 +1,127 @@
+"""Sparse int8 weights on the wire (`DTYPE_SPARSE_INT8`): non-zero codes plus positions.
+
+A sparse layer (most of its codes exactly 0, as a pruned learner publishes) is stored
+as its non-zero int8 codes in row-major order and where they sit, either as a bitmap
+(1 bit per element) or as LEB128 varint gaps between their flat indices, whichever is
+smaller. The scales are the int8 layer's own (per output channel), so scattering the
+codes back gives exactly the dense int8 codes: sparse is a lossless wire encoding of the
+same int8 policy, and the actor builds the same module from it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from actorq.quant.codec import INT8_QMAX
+from actorq.quant.errors import BlobError
+from actorq.v1 import policy_pb2
+
+_VARINT_MAX_BYTES = 10  # a uint64 needs at most 10 LEB128 bytes
+
+
+def encode_varints(values: np.ndarray) -> bytes:
+    """LEB128 (protobuf varint) encoding of non-negative integers, vectorised."""
+    v = np.asarray(values, dtype=np.uint64)
+    if v.size == 0:
+        return b""
+    lengths = np.ones(v.size, dtype=np.int64)
+    for k in range(1, _VARINT_MAX_BYTES):
+        lengths += v >= np.uint64(1 << (7 * k)) if 7 * k < 64 else 0
+    ends = np.cumsum(lengths)
+    out = np.zeros(int(ends[-1]), dtype=np.uint8)
+    starts = ends - lengths
+    for k in range(int(lengths.max())):
+        has = lengths > k
+        byte = (v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        more = (lengths[has] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[starts[has] + k] = (byte | more).astype(np.uint8)
+    return out.tobytes()
+
+
+def decode_varints(data: bytes, what: str) -> np.ndarray:
+    """Inverse of `encode_varints` (int64 values); BlobError on a cut-off or overlong one."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if raw[-1] & 0x80:
+        raise BlobError(f"{what}: the last varint is cut off")
+    ends = np.flatnonzero(raw < 0x80)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > 9:  # 9 bytes hold 63 bits: every valid index fits
+        raise BlobError(f"{what}: a varint is {int(lengths.max())} bytes long (max 9)")
+    position = np.arange(raw.size) - np.repeat(starts, lengths)
+    parts = (raw & 0x7F).astype(np.int64) << (7 * position)
+    return np.add.reduceat(parts, starts)
+
+
+def _bitmap(mask: np.ndarray) -> bytes:
+    return np.packbits(mask.ravel(), bitorder="little").tobytes()
+
+
+def encode_sparse_int8(name: str, codes: np.ndarray, scales: np.ndarray) -> policy_pb2.Tensor:
+    """The DTYPE_SPARSE_INT8 tensor of int8 `codes` [out, in], positions in the smaller form."""
+    flat = codes.ravel()
+    indices = np.flatnonzero(flat)
+    tensor = policy_pb2.Tensor(
+        name=name,
+        shape=list(codes.shape),
+        dtype=policy_pb2.DTYPE_SPARSE_INT8,
+        data=flat[indices].astype(np.int8).tobytes(),
+        scales=scales.tolist(),  # no zero points: an empty list means all 0
+        axis=0,
+    )
+    gaps = np.diff(indices, prepend=-1) - 1
+    gap_bytes = encode_varints(gaps)
+    if len(gap_bytes) < math.ceil(flat.size / 8):
+        tensor.index_gaps = gap_bytes
+    else:
+        tensor.bitmap = _bitmap(flat != 0)
+    return tensor
+
+
+def sparse_positions(tensor: policy_pb2.Tensor, shape: tuple[int, ...]) -> np.ndarray:
+    """Flat indices of the stored codes, checked against the shape and the code count."""
+    name, size, count = tensor.name, math.prod(shape), len(tensor.data)
+    which = tensor.WhichOneof("positions")
+    if which == "bitmap":
+        if len(tensor.bitmap) != math.ceil(size / 8):
+            raise BlobError(
+                f"tensor {name!r} has a {len(tensor.bitmap)}-byte bitmap, shape {shape} "
+                f"needs {math.ceil(size / 8)}"
+            )
+        bits = np.unpackbits(np.frombuffer(tensor.bitmap, np.uint8), bitorder="little")
+        if bits[size:].any():
+            raise BlobError(f"tensor {name!r} has bitmap bits set past its {size} elements")
+        indices = np.flatnonzero(bits[:size])
+    elif which == "index_gaps":
+        gaps = decode_varints(tensor.index_gaps, f"tensor {name!r} index_gaps")
+        if gaps.size and gaps.max() >= size:  # also keeps the running sum from overflowing
+            raise BlobError(f"tensor {name!r} has an index gap of {gaps.max()} in {size} elements")
+        indices = np.cumsum(gaps + 1) - 1
+        if indices.size and indices[-1] >= size:
+            raise BlobError(f"tensor {name!r} has a position {indices[-1]} past {size} elements")
+    else:
+        raise BlobError(f"sparse tensor {name!r} has neither bitmap nor index_gaps")
+    if indices.size != count:
+        raise BlobError(
+            f"tensor {name!r} has {count} codes for {indices.size} positions in its {which}"
+        )
+    return indices
+
+
+def decode_sparse_int8(tensor: policy_pb2.Tensor, shape: tuple[int, ...]) -> np.ndarray:
+    """Dense int8 codes [out, in] of a sparse tensor (scales are checked by the caller)."""
+    indices = sparse_positions(tensor, shape)
+    values = np.frombuffer(tensor.data, dtype=np.int8)
+    if (values == 0).any():
+        raise BlobError(f"sparse tensor {tensor.name!r} stores a code 0; only non-zeros are stored")
+    if (values < -INT8_QMAX).any():
+        raise BlobError(
+            f"tensor {tensor.name!r} has an int8 code of -128; codes lie in [-127, 127]"
+        )
+    dense = np.zeros(math.prod(shape), dtype=np.int8)
+    dense[indices] = values
+    return dense.reshape(shape)

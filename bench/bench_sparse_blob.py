@@ -1,0 +1,162 @@
+"""Bytes per broadcast (full int8, sparse + int8, delta) against the dense fp32 blob, and
+decode/build/forward time of sparse layers: dense int8 after scatter vs torch sparse.
+
+    .venv/bin/python bench/bench_sparse_blob.py [--versions 20] [--quick]
+
+Table 1: one policy at several sparsities (pruned entries exactly 0, as the learner
+publishes). Table 2: forward time of the hidden layers at 90% sparsity, the actor's
+dense int8 kernels (codes scattered back) vs torch's sparse CSR fp32 matmul. Table 3:
+delta sizes between consecutive versions of a real learner (bench/blob_versions.py)
+publishing every 50 updates, the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from blob_versions import policy_versions
+
+from actorq.models.mlp import MLPSpec, QNetwork
+from actorq.quant import build_policy_module, decode_blob, encode_policy
+from actorq.quant.blob import dense_fp32_blob_bytes
+from actorq.quant.delta import apply_delta, make_delta
+from actorq.quant.policy_module import int8_layer
+from actorq.v1 import policy_pb2
+
+INT8 = policy_pb2.PRECISION_INT8
+
+
+def pruned(spec: MLPSpec, sparsity: float, seed: int = 0) -> dict[str, np.ndarray]:
+    torch.manual_seed(seed)
+    w = {k: v.detach().numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
+    rng = np.random.default_rng(seed)
+    for v in w.values():
+        if v.ndim == 2 and sparsity:
+            v.reshape(-1)[rng.permutation(v.size)[: round(sparsity * v.size)]] = 0.0
+    return w
+
+
+def best_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * min(times)
+
+
+def sizes_table(spec: MLPSpec, repeats: int) -> None:
+    print(f"\n1. bytes per full broadcast, MLP {spec.obs_dim}-{spec.hidden}-{spec.num_outputs}")
+    print(f"{'blob':>18} | {'bytes':>9} | {'/ dense fp32':>12} | {'decode+build ms':>15}")
+    for label, sparsity in [
+        ("dense int8", 0.0),
+        *((f"{s:.0%} sparse int8", s) for s in (0.8, 0.9, 0.95, 0.98)),
+    ]:
+        encoded = encode_policy(pruned(spec, sparsity), spec, INT8, 1, 0)
+        ms = best_ms(lambda e=encoded: build_policy_module(decode_blob(e.envelope)), repeats)
+        ratio = encoded.blob_bytes / dense_fp32_blob_bytes(encoded)
+        print(f"{label:>18} | {encoded.blob_bytes:>9,} | {ratio:>12.4f} | {ms:>15.2f}")
+    print(f"{'dense fp32':>18} | {dense_fp32_blob_bytes(encoded):>9,} | {1:>12.4f} |")
+
+
+def per_call_ms(fn, repeats: int, calls: int = 200) -> float:
+    def many() -> None:
+        for _ in range(calls):
+            fn()
+
+    return best_ms(many, repeats) / calls
+
+
+def kernels_table(widths: list[int], repeats: int) -> None:
+    print("\n2. forward of one hidden layer at 90% sparsity, ms per call (best of runs)")
+    head = ("layer", "batch", "dense int8", "sparse CSR fp32", "dense fp32")
+    print(f"{head[0]:>11} | {head[1]:>5} | {head[2]:>10} | {head[3]:>15} | {head[4]:>10}")
+    for width in widths:
+        spec = MLPSpec(obs_dim=width, num_outputs=width, hidden=())
+        arrays = decode_blob(encode_policy(pruned(spec, 0.9), spec, INT8, 1, 0).envelope)
+        weight, bias = arrays.tensors["layers.0.weight"], arrays.tensors["layers.0.bias"]
+        int8 = int8_layer(weight, bias, relu=True)
+        dense = torch.from_numpy(weight.to_float32())
+        csr, b = dense.to_sparse_csr(), torch.from_numpy(bias.to_float32())
+        for batch in (1, 8, 64):
+            x = torch.randn(batch, width)
+            xt = x.t().contiguous()
+            with torch.inference_mode():
+                t = (
+                    per_call_ms(lambda x=x, m=int8: m(x), repeats),
+                    per_call_ms(lambda c=csr, x=xt, b=b: torch.relu(c @ x).t() + b, repeats),
+                    per_call_ms(
+                        lambda x=x, w=dense, b=b: torch.relu(torch.addmm(b, x, w.t())), repeats
+                    ),
+                )
+            print(
+                f"{width:>5}x{width:<5} | {batch:>5} | "
+                f"{t[0]:>10.4f} | {t[1]:>15.4f} | {t[2]:>10.4f}"
+            )
+
+
+def delta_table(cases: list[tuple[str, str, tuple[int, ...]]], versions: int) -> None:
+    print(
+        f"\n3. delta between consecutive versions (publish every 50 updates, {versions} versions)"
+    )
+    print(
+        f"{'run':>26} | {'full int8':>9} | {'delta p10':>9} | {'median':>7} | {'p90':>7} | "
+        f"{'codes changed':>13} | {'apply ms':>8}  (sizes / dense fp32 blob)"
+    )
+    for env_id, algo, hidden in cases:
+        previous, ratios, changed, apply_ms, full = None, [], [], [], 0.0
+        for v, (spec, weights) in enumerate(policy_versions(env_id, algo, hidden, versions), 1):
+            encoded = encode_policy(weights, spec, INT8, v, v * 50)
+            dense = dense_fp32_blob_bytes(encoded)
+            full = encoded.blob_bytes / dense
+            if previous is not None:
+                delta = make_delta(previous.arrays, encoded) or b""
+                ratios.append(len(delta) / dense)
+                start = time.perf_counter()
+                apply_delta(previous.arrays, delta, expected_sha256=encoded.sha256)
+                apply_ms.append(1e3 * (time.perf_counter() - start))
+                codes = [
+                    (t.values != previous.arrays.tensors[n].values).mean()
+                    for n, t in encoded.arrays.tensors.items()
+                    if t.scales is not None
+                ]
+                changed.append(float(np.average(codes)))
+            previous = encoded
+        q = np.quantile(ratios, [0.1, 0.5, 0.9])
+        label = f"{algo} {env_id} {'x'.join(map(str, hidden))}"
+        print(
+            f"{label:>26} | {full:>9.4f} | {q[0]:>9.4f} | {q[1]:>7.4f} | {q[2]:>7.4f} | "
+            f"{statistics.mean(changed):>13.3f} | {statistics.median(apply_ms):>8.2f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="small sizes, few versions")
+    parser.add_argument("--big", action="store_true", help="also deltas of TD3 256x256 (slow)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    repeats = 3 if args.quick else 7
+    sizes_table(MLPSpec(17, 6, (256, 256), output_activation="tanh"), repeats)
+    if not args.quick:
+        sizes_table(MLPSpec(17, 6, (1024, 1024), output_activation="tanh"), repeats)
+    kernels_table([256] if args.quick else [256, 1024], repeats)
+    versions = 4 if args.quick else args.versions
+    cases = [("Pendulum-v1", "td3", (64, 64)), ("CartPole-v1", "dqn", (64, 64))]
+    if args.big:
+        cases.append(("Pendulum-v1", "td3", (256, 256)))
+    delta_table(cases, versions)
+
+
+if __name__ == "__main__":
+    main()

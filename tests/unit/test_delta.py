@@ -1,0 +1,199 @@
+"""Delta broadcasts: applying a delta gives exactly the full blob's policy, or BlobError."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from actorq.models.mlp import MLPSpec, QNetwork
+from actorq.quant import BlobError, build_policy_module, decode_blob, encode_policy
+from actorq.quant.delta import apply_delta, make_delta
+from actorq.quant.errors import SignatureError
+from actorq.security.signing import PolicyKey, PolicyKeys
+from actorq.v1 import policy_pb2
+
+SPEC = MLPSpec(obs_dim=5, num_outputs=2, hidden=(48, 40), output_activation="tanh")
+NORM_SPEC = MLPSpec(obs_dim=5, num_outputs=3, hidden=(32,), input_norm=True)
+P = policy_pb2
+
+
+def weights(spec: MLPSpec, seed: int, sparsity: float = 0.0) -> dict[str, np.ndarray]:
+    torch.manual_seed(seed)
+    out = {k: v.detach().numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
+    for name in spec.weight_shapes():
+        if name.startswith("input_norm"):
+            out[name] = np.linspace(0.5, 2.0, spec.obs_dim, dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    for w in out.values():
+        if w.ndim == 2 and sparsity:
+            w.reshape(-1)[rng.random(w.size) < sparsity] = 0.0
+    return out
+
+
+def nudged(w: dict[str, np.ndarray], seed: int, size: float = 3e-3) -> dict[str, np.ndarray]:
+    """The next version: every weight moved a little, as a few optimizer steps would."""
+    rng = np.random.default_rng(seed)
+    return {
+        k: (v + rng.normal(0, size, v.shape) * (v != 0)).astype(np.float32) for k, v in w.items()
+    }
+
+
+def versions(spec: MLPSpec, precision: int, sparsity: float = 0.0, keys: PolicyKeys | None = None):
+    first = weights(spec, 0, sparsity)
+    second = nudged(first, 1)
+    if sparsity:  # the topology changes too: one weight dropped, one grown
+        w = second["layers.2.weight"]
+        on = np.flatnonzero(w.ravel() != 0)[0]
+        w.ravel()[on] = 0.0
+        off = np.flatnonzero(w.ravel() == 0)[-1]
+        w.ravel()[off] = 0.01
+    a = encode_policy(first, spec, precision, 1, 10, keys=keys)
+    b = encode_policy(second, spec, precision, 2, 60, keys=keys)
+    return a, b
+
+
+def assert_same(got, full) -> None:
+    assert got.version == full.version and got.learner_step == full.learner_step
+    assert got.sha256 == full.sha256 and got.sparse_layers == full.sparse_layers
+    for name, tensor in full.tensors.items():
+        assert got.tensors[name].values.dtype == tensor.values.dtype
+        np.testing.assert_array_equal(got.tensors[name].values, tensor.values)
+        if tensor.scales is None:
+            assert got.tensors[name].scales is None
+        else:
+            np.testing.assert_array_equal(got.tensors[name].scales, tensor.scales)
+
+
+@pytest.mark.parametrize(
+    ("spec", "precision", "sparsity"),
+    [
+        (SPEC, P.PRECISION_INT8, 0.0),
+        (SPEC, P.PRECISION_INT8, 0.9),
+        (SPEC, P.PRECISION_INT4, 0.0),
+        (SPEC, P.PRECISION_FP16, 0.0),
+        (SPEC, P.PRECISION_FP32, 0.0),
+        (NORM_SPEC, P.PRECISION_INT8, 0.0),
+    ],
+)
+def test_delta_apply_equals_full_decode_bit_for_bit(
+    spec: MLPSpec, precision: int, sparsity: float
+) -> None:
+    a, b = versions(spec, precision, sparsity)
+    delta = make_delta(a.arrays, b)
+    assert delta is not None
+    got = apply_delta(decode_blob(a.envelope), delta, expected_sha256=b.sha256)
+    full = decode_blob(b.envelope)
+    assert_same(got, full)
+    obs = torch.randn(16, spec.obs_dim)
+    with torch.inference_mode():
+        assert torch.equal(build_policy_module(got)(obs), build_policy_module(full)(obs))
+
+
+def test_int8_delta_is_smaller_than_the_full_blob() -> None:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    delta = make_delta(a.arrays, b)
+    assert delta is not None and len(delta) < b.blob_bytes
+
+
+def test_no_delta_across_specs_or_backwards() -> None:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    other = encode_policy(weights(NORM_SPEC, 0), NORM_SPEC, P.PRECISION_INT8, 3, 0)
+    assert make_delta(a.arrays, other) is None
+    assert make_delta(b.arrays, a) is None
+
+
+def _reseal(delta: P.PolicyDelta) -> bytes:
+    payload = delta.SerializeToString()
+    return P.PolicyEnvelope(
+        payload=payload, sha256=hashlib.sha256(payload).digest()
+    ).SerializeToString()
+
+
+def _flip_diff_byte(d: P.PolicyDelta) -> None:
+    import zlib
+
+    raw = bytearray(zlib.decompress(d.diff))
+    raw[len(raw) // 2] ^= 1
+    d.diff = zlib.compress(bytes(raw))
+
+
+def _other_base(d: P.PolicyDelta) -> None:
+    d.base_version = 7
+
+
+def _other_base_sha(d: P.PolicyDelta) -> None:
+    d.base_sha256 = bytes(32)
+
+
+def _truncated_diff(d: P.PolicyDelta) -> None:
+    d.diff = d.diff[:-3]
+
+
+def _oversized_diff(d: P.PolicyDelta) -> None:
+    import zlib
+
+    d.diff = zlib.compress(zlib.decompress(d.diff) + bytes(10_000_000))
+
+
+def _unknown_codec(d: P.PolicyDelta) -> None:
+    d.codec = 9  # type: ignore[assignment]
+
+
+def _changed_spec(d: P.PolicyDelta) -> None:
+    d.header.spec.hidden[0] = 49
+
+
+def _not_newer(d: P.PolicyDelta) -> None:
+    d.header.version = 1
+
+
+def _wrong_learner_step(d: P.PolicyDelta) -> None:
+    d.header.learner_step += 1  # rebuilds a payload with another sha256
+
+
+@pytest.mark.parametrize(
+    ("mutate", "pattern"),
+    [
+        (_flip_diff_byte, r"rebuilds a payload hashing to"),
+        (_other_base, r"applies to version 7, held is 1"),
+        (_other_base_sha, r"base sha256 differs"),
+        (_truncated_diff, r"inflate"),
+        (_oversized_diff, r"inflates to \d+\+ bytes"),
+        (_unknown_codec, r"codec value 9"),
+        (_changed_spec, r"changes the model spec"),
+        (_not_newer, r"not newer"),
+        (_wrong_learner_step, r"rebuilds a payload hashing to"),
+    ],
+)
+def test_corrupted_delta_is_refused(mutate, pattern: str) -> None:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    envelope = P.PolicyEnvelope.FromString(make_delta(a.arrays, b) or b"")
+    delta = P.PolicyDelta.FromString(envelope.payload)
+    mutate(delta)
+    with pytest.raises(BlobError, match=pattern):
+        apply_delta(decode_blob(a.envelope), _reseal(delta))
+
+
+def test_delta_checksum_and_announced_sha256_are_checked() -> None:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    delta = make_delta(a.arrays, b) or b""
+    with pytest.raises(BlobError, match="checksum mismatch"):
+        apply_delta(decode_blob(a.envelope), delta[:-40] + bytes([delta[-40] ^ 1]) + delta[-39:])
+    with pytest.raises(BlobError, match="differs from the announced"):
+        apply_delta(decode_blob(a.envelope), delta, expected_sha256=bytes(32))
+
+
+def test_signed_delta_needs_the_quantizer_key() -> None:
+    keys = PolicyKeys(PolicyKey(b"q" * 32))
+    a, b = versions(SPEC, P.PRECISION_INT8, keys=keys)
+    base = decode_blob(a.envelope, SPEC, keys)
+    got = apply_delta(base, make_delta(a.arrays, b, keys) or b"", keys)
+    assert_same(got, decode_blob(b.envelope, SPEC, keys))
+    with pytest.raises(SignatureError):  # an unsigned delta (e.g. written into Redis)
+        apply_delta(base, make_delta(a.arrays, b) or b"", keys)
+    forger = PolicyKeys(PolicyKey(b"f" * 32))
+    with pytest.raises(SignatureError):
+        apply_delta(base, make_delta(a.arrays, b, forger) or b"", keys)
