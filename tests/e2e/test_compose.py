@@ -30,6 +30,7 @@ import pytest
 
 from actorq.redis_server import find_free_port
 from actorq.testing.compose import ROOT, ComposeStack, actor_instance, wait_for
+from actorq.testing.dashboard import unexpectedly_empty
 
 ACTORS = int(os.environ.get("ACTORQ_COMPOSE_ACTORS", "8"))
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "actorq.json"
@@ -94,14 +95,12 @@ def test_every_dashboard_query_returns_data(stack: ComposeStack) -> None:
     wait_for(lambda: (stack.value("max(actorq_learner_policy_version)") or 0) > 0, 180,
              "a published policy version")  # fmt: skip
     time.sleep(12)  # two more scrapes (5 s) so every rate() has two samples
-    allowed_empty = ("increase(actorq_actor_policy_rejections_total",
-                     "increase(actorq_quantizer_publish_rejections_total")  # fmt: skip
     empty = []
     for panel in json.loads(DASHBOARD.read_text())["panels"]:
         for target in panel.get("targets", []):
             if not stack.query(target["expr"]):
                 empty.append(f"{panel['title']}: {target['expr']}")
-    unexpected = [e for e in empty if not any(a in e for a in allowed_empty)]
+    unexpected = unexpectedly_empty(empty)
     assert not unexpected, "dashboard queries without data:\n" + "\n".join(unexpected)
 
 

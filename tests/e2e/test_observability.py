@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from actorq.redis_server import find_free_port
+from actorq.testing.dashboard import unexpectedly_empty
 
 pytestmark = pytest.mark.e2e
 
@@ -197,18 +198,7 @@ def test_every_dashboard_query_runs_and_most_have_data(prometheus: str) -> None:
         for target in panel.get("targets", []):
             if not _api(prometheus, "query", query=target["expr"])["result"]:
                 empty.append(f"{panel['title']}: {target['expr']}")
-    allowed_empty = ("increase(actorq_actor_policy_rejections_total",
-                     "increase(actorq_quantizer_publish_rejections_total",
-                     # Labelled by reason: a healthy run has no delta fallbacks.
-                     "actorq_actor_policy_delta_fallbacks_total",
-                     # on-policy learners only (this run is DQN)
-                     "actorq_learner_importance_", "actorq_learner_segment",
-                     # Sparse training: labelled per network/kind, absent on this DQN run.
-                     "actorq_learner_sparsity_ratio", "actorq_learner_mask_version",
-                     "actorq_learner_topology_changed_weights_total",
-                     "actorq_learner_train_flops_total",
-                     "actorq_learner_policy_inference_flops")  # fmt: skip
-    unexpected = [e for e in empty if not any(a in e for a in allowed_empty)]
+    unexpected = unexpectedly_empty(empty)
     assert not unexpected, "queries without data:\n" + "\n".join(unexpected)
 
 
