@@ -8,7 +8,7 @@ time it reaches --solve-at (475 on CartPole-v1) for --window env steps (200k). A
 Arms are sets of ACTORQ_* variables for the services, e.g.
 
     .venv/bin/python bench/bench_stability.py --seeds 1,2,3 \\
-        --arm base: --arm decay:ACTORQ_DQN_LR_FINAL=2.5e-4
+        --arm base: --arm decay:ACTORQ_DQN_LR_FINAL=2.5e-4 --arm fp32:--precision=fp32
 
 (`make bench-stability` runs the defaults against the previous defaults).
 """
@@ -26,15 +26,19 @@ from collections import deque
 from pathlib import Path
 
 
-def parse_arm(text: str) -> tuple[str, dict[str, str]]:
+def parse_arm(text: str) -> tuple[str, dict[str, str], list[str]]:
+    """NAME:ACTORQ_X=V,--flag=W -> (name, environment, extra `actorq run` arguments)."""
     name, _, assignments = text.partition(":")
-    env = {}
+    env, flags = {}, []
     for item in filter(None, assignments.split(",")):
         key, sep, value = item.partition("=")
-        if not sep or not key.startswith("ACTORQ_"):
-            raise SystemExit(f"--arm {text!r}: expected NAME:ACTORQ_X=V[,ACTORQ_Y=W]")
-        env[key] = value
-    return name, env
+        if key.startswith("--") and sep:
+            flags += [key, value]
+        elif key.startswith("ACTORQ_") and sep:
+            env[key] = value
+        else:
+            raise SystemExit(f"--arm {text!r}: expected NAME:ACTORQ_X=V[,--flag=W,...]")
+    return name, env, flags
 
 
 def eval_curve(run_dir: Path) -> list[tuple[int, float]]:
@@ -82,7 +86,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     for seed in (int(s) for s in args.seeds.split(",")):
-        for name, env in arms:
+        for name, env, flags in arms:
             run_dir = out / f"{name}-seed{seed}"
             if not (run_dir / "summary.json").exists():
                 cmd = [
@@ -99,6 +103,7 @@ def main() -> None:
                     "--run-dir",
                     str(run_dir),
                     *[a for a in extra if a != "--"],
+                    *flags,
                 ]
                 subprocess.run(
                     cmd,
