@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-stability bench-sparse bench-sparse-blob bench-conv image compose-e2e study study-quick
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -100,6 +100,8 @@ deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s 
 image: $(STAMP)  ## actorq, Redis, Prometheus images built here, no registry (README "Deploy")
 	PYTHON=$(PY) ./scripts/build_images.sh
 
+bench-compose: image  ## compose stacks of 1..32 actor containers: healthy time, steps/s, docker stats memory (BENCHMARKS.md 17)
+	$(PY) bench/bench_compose_scale.py $(ARGS)
 compose-e2e: $(STAMP)  ## make image, then compose up --scale actor=32 and its drills (~5-10 min)
 	ACTORQ_COMPOSE_ACTORS=$${ACTORQ_COMPOSE_ACTORS:-32} $(PY) -m pytest tests/e2e/test_compose.py -v -s $(ARGS)
 

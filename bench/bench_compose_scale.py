@@ -13,6 +13,7 @@ queries, window apart). Prints one markdown table (BENCHMARKS.md "Containers at 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -29,7 +30,7 @@ from actorq.redis_server import find_free_port  # noqa: E402
 from actorq.testing.compose import ComposeStack, wait_for  # noqa: E402
 
 COUNTERS = {
-    "env_steps": "sum(actorq_actor_env_steps_total)",
+    "env_steps": 'sum(actorq_actor_env_steps_total{job="actor"})',  # not the evaluator's
     "updates": "sum(actorq_learner_updates_total)",
     "broadcast_bytes": "sum(actorq_quantizer_broadcast_bytes_total)",
 }
@@ -80,6 +81,15 @@ def measure(docker: str, actors: int, warmup: float, window: float) -> dict[str,
     }
 
 
+def cpu_model() -> str:
+    """The CPU model and its widest vector extension (figures never cross CPUs)."""
+    info = Path("/proc/cpuinfo").read_text()
+    model = re.search(r"model name\s*:\s*(.*)", info)
+    flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split())
+    vector = next((f for f in ("avx512_vnni", "avx512f", "avx2") if f in flags), "no avx2")
+    return f"{model.group(1) if model else 'unknown CPU'} ({vector})"
+
+
 def _role_memory(memory: dict[str, float], role: str) -> float:
     return sum(m for name, m in memory.items() if f"-{role}-" in name)
 
@@ -95,6 +105,7 @@ def main() -> int:
     if docker is None:
         print("docker CLI not found: run `make image` first (it installs the engine)")
         return 2
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; docker {docker}")
     print("| actors | up -> all healthy (s) | env steps/s | learner updates/s | broadcast "
           "KiB/s | actor MiB median / max | learner MiB | quantizer MiB | all containers "
           "MiB |")  # fmt: skip

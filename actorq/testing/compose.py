@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -79,6 +80,12 @@ class ComposeStack:
     def health(self, container: str) -> str:
         state = self.inspect(container)["State"]
         return state.get("Health", {}).get("Status", state["Status"])
+
+    def crash(self, container: str) -> None:
+        """SIGKILL the container's main process from the host, as an OOM kill or a segfault
+        would end it. (`docker kill` is not a crash to Docker: it marks the container
+        manually stopped, and no restart policy restarts it.)"""
+        os.kill(self.inspect(container)["State"]["Pid"], signal.SIGKILL)
 
     def logs(self, container: str) -> str:
         proc = subprocess.run([self.docker, "logs", container], capture_output=True, text=True,
