@@ -11,11 +11,11 @@ that runs torch ops calls `inherit_torch_threads()` first.
 
 from __future__ import annotations
 
-import torch
-
 
 def inherit_torch_threads() -> int:
     """Apply the process's torch thread count to the calling thread; returns the count."""
+    import torch  # here, not at module level: the launcher imports actorq.service, not torch
+
     threads = torch.get_num_threads()  # the value main() set, whichever thread asks
     torch.set_num_threads(threads)
     return threads

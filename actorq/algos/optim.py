@@ -23,6 +23,11 @@ import torch
 from torch import nn
 
 
+_ADD_PARAM_GROUP = getattr(
+    torch.optim.Optimizer.add_param_group, "__wrapped__", torch.optim.Optimizer.add_param_group
+)
+
+
 class FastAdam(torch.optim.Adam):
     """Adam (fused kernel, no amsgrad, no weight decay) with a cached step."""
 
@@ -37,7 +42,11 @@ class FastAdam(torch.optim.Adam):
         self._cache = None  # the state tensors were replaced
 
     def add_param_group(self, param_group: dict) -> None:
-        super().add_param_group(param_group)
+        # torch wraps Optimizer.add_param_group in _disable_dynamo, whose first call
+        # imports torch._dynamo: ~0.5 s of a learner's start-up, before its first policy
+        # is published and so before any actor can step. The wrapped function is the same
+        # code; only the (unused) tracing guard is skipped.
+        _ADD_PARAM_GROUP(self, param_group)
         self._cache = None
 
     @torch.no_grad()
