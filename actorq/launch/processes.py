@@ -75,6 +75,8 @@ class ServiceProcess:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             while time.monotonic() < deadline:
+                if self.exit_code() == 0:
+                    return  # done already (an actor whose env-step budget was tiny)
                 if self.exit_code() is not None:
                     raise RuntimeError(
                         f"{self.name} exited with code {self.exit_code()} during start-up; "

@@ -166,3 +166,14 @@ def test_killed_launcher_leaves_no_orphans(tmp_path: Path) -> None:
     while time.monotonic() < deadline and _processes_with(str(run_dir)):
         time.sleep(0.1)
     assert _processes_with(str(run_dir)) == []  # the kernel took the children down with it
+
+
+def test_budget_spent_during_start_up_is_a_normal_end(tmp_path: Path) -> None:
+    """Actors can spend a tiny env-step budget before the launcher has seen them healthy
+    (start-up is ~1.4 s); exiting 0 then is their job done, not a failed start."""
+    proc = _actorq(["--max-env-steps", "2000", "--run-dir", str(tmp_path / "run")])
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out
+    assert "during start-up" not in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("env-step budget"), summary["stop_reason"]
