@@ -22,7 +22,6 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-
 _ADD_PARAM_GROUP = getattr(
     torch.optim.Optimizer.add_param_group, "__wrapped__", torch.optim.Optimizer.add_param_group
 )
