@@ -140,7 +140,18 @@ fill_wheelhouse() {
 }
 
 keep_wheelhouse() { mkdir -p "$WHEEL_CACHE/$1" && copy_tree wheelhouse "$WHEEL_CACHE/$1"; }
-copy_tree() { cp -al "$1"/. "$2"/ 2>/dev/null || cp -a "$1"/. "$2"/; }  # hard links if possible
+# copy_tree SRC DST: the wheels and the stamp, hard-linked where the filesystem allows, else
+# copied. File by file, skipping what is already the same file: a checkout's tracked
+# wheelhouse/README.md made a whole-tree `cp -al` fail half-way and its `cp -a` fallback
+# then refused every file the first pass had linked.
+copy_tree() {
+  local f
+  for f in "$1"/*.whl "$1"/.stamp; do
+    [ -e "$f" ] || continue
+    [ "$f" -ef "$2/${f##*/}" ] && continue
+    ln -f "$f" "$2/" 2>/dev/null || cp -f "$f" "$2/"
+  done
+}
 
 minbase_image
 package_image python "$PYTHON_BASE"

@@ -141,9 +141,11 @@ def serve(settings: LearnerSettings, dqn, rlx2: SparseTrainingConfig | None = No
     metrics_port = metrics.serve_metrics(
         settings.bind_host, settings.metrics_port, service="learner"
     )
-    server.start()
     init_group(learner.dist, settings.device)
     learner.restore()
+    # Answer (health, status) only once restored: before, a restarted learner reported
+    # update 0 while it was still loading its checkpoint and rebuilding replay.
+    server.start()
     log.info(
         "learner up: %s on env %s, hidden %s, precision %s, control port %d, metrics %s",
         settings.algo,
