@@ -7,6 +7,7 @@ tensors and plain containers, never arbitrary pickled objects.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -17,6 +18,20 @@ import torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
 META_FILE = "checkpoint.json"
+
+
+def checkpoint_meta(settings: Any, spec: Any, algo_config: Any, updates: int, version: int) -> dict:
+    """checkpoint.json's common fields; `actorq ptq` rebuilds the learner from algo_config
+    (obs_norm, D4PG atoms, ...)."""
+    return {
+        "updates": updates,
+        "version": version,
+        "env_id": settings.env_id,
+        "algo": settings.algo,
+        "hidden": list(spec.hidden),
+        "precision": settings.precision,
+        "algo_config": dataclasses.asdict(algo_config),
+    }
 
 
 class Checkpointer:

@@ -8,7 +8,6 @@ rate limiter only holds it back when the replay ratio would exceed samples-per-i
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -21,7 +20,7 @@ from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
-from actorq.learner.checkpoint import Checkpointer
+from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
 from actorq.learner.distributed import (
     DistConfig,
     GradientAverager,
@@ -320,17 +319,11 @@ class Learner:
             "version": self.publisher.version,
             **({"rlx2": self.rlx2.state_dict()} if self.rlx2 is not None else {}),
         }
-        meta = {
-            "updates": self.counters.updates,
-            "version": self.publisher.version,
-            "env_id": self.s.env_id,
-            "algo": self.s.algo,
-            "hidden": list(self.spec.hidden),
-            "precision": self.s.precision,
-            # `actorq ptq` rebuilds the learner with these (obs_norm, D4PG atoms, ...).
-            "algo_config": dataclasses.asdict(self.cfg),
-            **({"rlx2": self.rlx2.status()} if self.rlx2 is not None else {}),
-        }
+        meta = checkpoint_meta(
+            self.s, self.spec, self.cfg, self.counters.updates, self.publisher.version
+        )
+        if self.rlx2 is not None:
+            meta["rlx2"] = self.rlx2.status()
         path = self.checkpointer.save(state, meta)
         self.counters.checkpoints += 1
         metrics.LEARNER_CHECKPOINTS.inc()

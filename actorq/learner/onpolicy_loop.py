@@ -10,7 +10,6 @@ importance ratios (actorq.algos.ppo).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -23,7 +22,7 @@ from actorq import metrics
 from actorq.algos.factory import make_algorithm
 from actorq.algos.ppo import OnPolicyLearner, PPOConfig
 from actorq.config import LearnerSettings
-from actorq.learner.checkpoint import Checkpointer
+from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.models import MLPSpec
 from actorq.onpolicy import metrics as op_metrics
@@ -203,15 +202,9 @@ class OnPolicyTrainer:
             "sampled": self.counters.transitions_trained,
             "version": self.publisher.version,
         }
-        meta = {
-            "updates": self.counters.updates,
-            "version": self.publisher.version,
-            "env_id": self.s.env_id,
-            "algo": self.s.algo,
-            "hidden": list(self.spec.hidden),
-            "precision": self.s.precision,
-            "algo_config": dataclasses.asdict(self.cfg),
-        }
+        meta = checkpoint_meta(
+            self.s, self.spec, self.cfg, self.counters.updates, self.publisher.version
+        )
         path = self.checkpointer.save(state, meta)
         self.counters.checkpoints += 1
         metrics.LEARNER_CHECKPOINTS.inc()

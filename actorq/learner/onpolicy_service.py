@@ -16,9 +16,7 @@ from actorq import metrics
 from actorq.algos.factory import policy_spec
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.onpolicy_loop import OnPolicyTrainer
-from actorq.learner.publisher import WeightsPublisher
-from actorq.quant import parse_precision
-from actorq.quantizer.store import PolicyStore
+from actorq.learner.publisher import learner_publisher
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
@@ -36,15 +34,7 @@ def build_trainer(settings: LearnerSettings, config, runtime: ServiceRuntime) ->
     spec = policy_spec(settings.env_id, settings.algo, settings.hidden, config)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
-    store = PolicyStore(client, keys)
-    publisher = WeightsPublisher(
-        settings.quantizer_addr,
-        spec,
-        parse_precision(settings.precision),
-        start_version=store.latest_version(),
-        latest_stored=store.latest_version,
-        tls=TlsConfig.from_settings(settings),
-    )
+    publisher = learner_publisher(settings, spec, client, keys)
     return OnPolicyTrainer(settings, config, spec, client, keys, publisher, runtime.stop_event)
 
 

@@ -19,9 +19,12 @@ import grpc
 import numpy as np
 
 from actorq import metrics
+from actorq.config import LearnerSettings
 from actorq.models import MLPSpec
-from actorq.quant import spec_to_proto
+from actorq.quant import parse_precision, spec_to_proto
 from actorq.quantizer.assembler import weight_chunks
+from actorq.quantizer.store import PolicyStore
+from actorq.redis_keys import RedisKeys
 from actorq.rpc import make_channel
 from actorq.security.tls import TlsConfig
 from actorq.v1 import parameter_server_pb2 as ps_pb2
@@ -119,3 +122,19 @@ class WeightsPublisher:
         else:
             log.warning("publishing version %d failed: %s %s", version, exc.code(), exc.details())
         return False
+
+
+def learner_publisher(
+    settings: LearnerSettings, spec: MLPSpec, client, keys: RedisKeys
+) -> WeightsPublisher:
+    """The publisher of a learner service (off- or on-policy): its quantizer, precision and
+    TLS from the settings, numbering versions after the newest one Redis holds."""
+    store = PolicyStore(client, keys)
+    return WeightsPublisher(
+        settings.quantizer_addr,
+        spec,
+        parse_precision(settings.precision),
+        start_version=store.latest_version(),
+        latest_stored=store.latest_version,
+        tls=TlsConfig.from_settings(settings),
+    )

@@ -21,7 +21,7 @@ from torch import nn
 from actorq.models.cnn import ACT_MAX, CNNSpec
 from actorq.quant.arrays import PolicyArrays
 from actorq.quant.conv import make_int8_conv_stack
-from actorq.quant.int8 import make_int8_linear
+from actorq.quant.int8 import DequantizedLinear, make_int8_linear
 from actorq.v1 import policy_pb2
 
 
@@ -48,18 +48,6 @@ class FloatConv(nn.Module):
 class Flatten(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.flatten(1)
-
-
-class FloatLinear(nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, relu: bool) -> None:
-        super().__init__()
-        self.register_buffer("weight_t", weight.t().contiguous())
-        self.register_buffer("bias", bias)
-        self.relu = relu
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.addmm(self.bias, x, self.weight_t)
-        return y.relu_() if self.relu else y
 
 
 def cnn_layers(arrays: PolicyArrays, spec: CNNSpec) -> list[nn.Module]:
@@ -89,7 +77,7 @@ def cnn_layers(arrays: PolicyArrays, spec: CNNSpec) -> list[nn.Module]:
             q, scales = _codes(tensors[w].values, tensors[w].scales)
             layers.append(make_int8_linear(q, scales, bias, relu=relu))
         else:
-            layers.append(FloatLinear(float32(w), bias, relu))
+            layers.append(DequantizedLinear(float32(w), bias, relu))
     return layers
 
 

@@ -121,3 +121,21 @@ def _check_int8_args(
         raise ValueError("scales must be finite and > 0")
     if bias is not None and bias.shape != (out_features,):
         raise ValueError(f"bias must have shape ({out_features},), got {tuple(bias.shape)}")
+
+
+class DequantizedLinear(nn.Module):
+    """y = x @ W.T + b [then ReLU] in fp32, W dequantized from the blob's int8/int4 codes.
+
+    One addmm (+ in-place ReLU) per call: as cheap to call as the fused int8 kernels, which
+    an nn.Linear followed by an nn.ReLU module is not at small batches.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, relu: bool) -> None:
+        super().__init__()
+        self.register_buffer("weight_t", weight.t().contiguous())
+        self.register_buffer("bias", bias)
+        self.relu = relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.addmm(self.bias, x, self.weight_t)
+        return y.relu_() if self.relu else y

@@ -42,7 +42,7 @@ from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_na
 from actorq.quant.arrays import PolicyArrays, policy_arrays
 from actorq.quant.blob import decode_blob, encode_policy
 from actorq.quant.cnn_blob import cnn_layers
-from actorq.quant.int8 import make_int8_linear
+from actorq.quant.int8 import DequantizedLinear, make_int8_linear
 from actorq.quant.precision import parse_precision, precision_name
 from actorq.quant.tensors import TensorArrays
 from actorq.v1 import policy_pb2
@@ -58,24 +58,6 @@ class InputNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.shift) * self.scale
-
-
-class DequantizedLinear(nn.Module):
-    """y = x @ W.T + b [then ReLU] in fp32, W dequantized from the blob's int8/int4 codes.
-
-    One addmm (+ in-place ReLU) per call: as cheap to call as the fused int8 kernels, which
-    an nn.Linear followed by an nn.ReLU module is not at small batches.
-    """
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, relu: bool) -> None:
-        super().__init__()
-        self.register_buffer("weight_t", weight.t().contiguous())
-        self.register_buffer("bias", bias)
-        self.relu = relu
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.addmm(self.bias, x, self.weight_t)
-        return y.relu_() if self.relu else y
 
 
 class PolicyModule(nn.Module):

@@ -20,9 +20,7 @@ from actorq.allocator import retain_freed_memory
 from actorq.config import LearnerSettings, load_settings
 from actorq.learner.distributed import DistConfig, init_group, leave_group
 from actorq.learner.loop import Learner
-from actorq.learner.publisher import WeightsPublisher
-from actorq.quant import parse_precision
-from actorq.quantizer.store import PolicyStore
+from actorq.learner.publisher import learner_publisher
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
@@ -55,15 +53,7 @@ def build_learner(
     dist = dist_config(settings)
     publisher = None
     if dist.is_primary:  # one publisher for the whole learner group
-        store = PolicyStore(client, keys)
-        publisher = WeightsPublisher(
-            settings.quantizer_addr,
-            spec,
-            parse_precision(settings.precision),
-            start_version=store.latest_version(),
-            latest_stored=store.latest_version,
-            tls=TlsConfig.from_settings(settings),
-        )
+        publisher = learner_publisher(settings, spec, client, keys)
     return Learner(settings, dqn, spec, client, keys, publisher, runtime.stop_event, dist, rlx2)
 
 
