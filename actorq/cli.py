@@ -28,6 +28,10 @@ def _target(text: str) -> float | None:
         raise argparse.ArgumentTypeError(f"expected a number or 'none', got {text!r}") from None
 
 
+def _settle_at(text: str) -> float | str | None:
+    return "auto" if text.lower() == "auto" else _target(text)
+
+
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     d = RunSettings()
     p = sub.add_parser(
@@ -70,6 +74,15 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         type=_target,
         default=d.target_return,
         help="stop when the evaluator's mean of its last 100 episodes reaches it ('none' = never)",
+    )
+    p.add_argument(
+        "--settle-at",
+        type=_settle_at,
+        default="auto",
+        help="when the evaluator's 100-episode mean first reaches this return, the learner "
+        "drops to a replay ratio of 4 and a tenth of its learning rate, so a solved policy "
+        "stays solved ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1; "
+        "'none' = never)",
     )
     p.add_argument(
         "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"
@@ -200,6 +213,21 @@ def _samples_per_insert(args: argparse.Namespace) -> float:
     return RunSettings().samples_per_insert
 
 
+def _resolve_settle_at(args: argparse.Namespace) -> float | None:
+    """--settle-at auto: the env's reward threshold for DQN on one learner, else never (the
+    lower replay ratio is measured for DQN only: BENCHMARKS 12k)."""
+    if args.settle_at != "auto":
+        return args.settle_at
+    if args.algo != "dqn" or args.learners != 1:
+        return None
+    import gymnasium
+
+    try:
+        return gymnasium.spec(args.env).reward_threshold
+    except gymnasium.error.Error:
+        return None  # not a registered gymnasium id (dmc:, minatar:, ...): no threshold
+
+
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -214,6 +242,7 @@ def _run(args: argparse.Namespace) -> int:
         hidden=args.hidden,
         max_env_steps=args.max_env_steps,
         target_return=args.target_return,
+        settle_at=_resolve_settle_at(args),
         max_seconds=args.max_seconds,
         seed=args.seed,
         run_dir=args.run_dir,

@@ -9,6 +9,7 @@ same everywhere.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -339,9 +340,37 @@ class LearnerSettings(CommonSettings):
     dist_backend: str = ""  # "" = nccl on cuda, gloo otherwise
     dist_timeout: float = 60.0  # seconds a collective waits for a silent rank
     algo: str = "dqn"  # dqn, ddpg, td3, sac or d4pg; hyperparameters from ACTORQ_<ALGO>_*
+    # Settle once solved (actorq.learner.settle): when the evaluator's mean greedy return
+    # over its last settle_episodes episodes first reaches settle_at, the replay ratio drops
+    # to settle_samples_per_insert for the rest of the run. None = never.
+    settle_at: float | None = None
+    settle_episodes: int = 100
+    settle_samples_per_insert: float = 4.0
+    settle_lr_scale: float = 0.1  # the learning rate is multiplied by this when settling
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check(
+            self.settle_episodes >= 1,
+            f"settle_episodes: expected >= 1, got {self.settle_episodes}",
+        )
+        _check(
+            self.settle_samples_per_insert > 0,
+            f"settle_samples_per_insert: expected > 0, got {self.settle_samples_per_insert}",
+        )
+        _check(
+            0 < self.settle_lr_scale <= 1,
+            f"settle_lr_scale: expected in (0, 1], got {self.settle_lr_scale}",
+        )
+        _check(
+            self.settle_at is None or math.isfinite(self.settle_at),
+            f"settle_at: expected a finite return or none, got {self.settle_at}",
+        )
+        _check(
+            self.settle_at is None or self.world_size == 1,
+            f"settle_at: settling once solved runs on one learner, got world_size "
+            f"{self.world_size} (set ACTORQ_SETTLE_AT=none for parallel learners)",
+        )
         _check(
             self.replay in REPLAY_KINDS,
             f"replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
@@ -399,6 +428,7 @@ class RunSettings:
     hidden: tuple[int, ...] = (64, 64)
     max_env_steps: int = 500000  # stop when the actors together took this many steps
     target_return: float | None = 475.0  # stop when the evaluator's mean reaches it
+    settle_at: float | None = None  # the learner settles when the evaluator's mean reaches it
     max_seconds: float = 0.0  # wall-clock budget; 0 = none
     seed: int = 0
     run_dir: str = ""  # default: runs/<env>-<precision>-<timestamp>
@@ -419,6 +449,11 @@ class RunSettings:
             f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
         )
         _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
+        _check(
+            self.settle_at is None or (self.learners == 1 and math.isfinite(self.settle_at)),
+            f"--settle-at: expected a finite return on one learner or 'none', got "
+            f"{self.settle_at} with --learners {self.learners}",
+        )
         _check(
             self.learners == 1 or self.algo == "dqn",
             f"--learners {self.learners}: parallel learners support --algo dqn only so far, "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import redis
+import torch
 
 from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
@@ -31,6 +32,7 @@ from actorq.learner.distributed import (
 )
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.learner.rlx2 import RLx2Learning
+from actorq.learner.settle import SolvedWatch, credit_per_update
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.replay import (
@@ -54,6 +56,9 @@ class LearnerCounters:
     last_loss: float = float("nan")
     checkpoints: int = 0
     sample_seconds: float = 0.0  # time spent choosing and copying replay rows
+    # Transitions counted by the rate limiter beyond those sampled: settled updates count
+    # base/settled batches each (actorq.learner.settle), so actors may insert more per update.
+    credited: int = 0
 
 
 class Learner:
@@ -139,7 +144,17 @@ class Learner:
         )
         self.rng = np.random.default_rng(settings.seed)
         self.counters = LearnerCounters()
+        self.settle = self._solved_watch()
+        self.settled_at: int | None = None  # the update at which the run settled
+        metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
+
+    def _solved_watch(self) -> SolvedWatch | None:
+        s = self.s  # LearnerSettings refuses settle_at with parallel learners
+        if s.settle_at is None:
+            return None
+        credit_per_update(s.samples_per_insert, s.settle_samples_per_insert)  # checks both
+        return SolvedWatch(self.client, self.keys, s.settle_at, s.settle_episodes)
 
     # --- start-up ---------------------------------------------------------------------
     def restore(self) -> None:
@@ -153,6 +168,9 @@ class Learner:
                     self.rlx2.load_sparse_state(state["rlx2"])
                 self.counters.updates = int(state["updates"])
                 self.counters.sampled = int(state["sampled"])
+                self.counters.credited = int(state.get("credited", 0))
+                if state.get("settled_at") is not None:
+                    self._enter_settled("resumed settled", resumed_at=int(state["settled_at"]))
                 assert self.publisher is not None  # the checkpointer lives on rank 0 only
                 self.publisher.version = max(self.publisher.version, int(state["version"]))
                 log.info(
@@ -245,8 +263,9 @@ class Learner:
 
     @property
     def group_sampled(self) -> int:
-        """Transitions sampled by the whole learner group (every rank samples alike)."""
-        return self.counters.sampled * self.dist.world_size
+        """Transitions the rate limiter counts as sampled by the whole learner group (every
+        rank samples alike; settled updates count extra, see LearnerCounters.credited)."""
+        return (self.counters.sampled + self.counters.credited) * self.dist.world_size
 
     def _agree(self, has_data: bool, done: bool, inserted: int) -> tuple[bool, bool, int]:
         if self._agreement is None:
@@ -275,6 +294,8 @@ class Learner:
         self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
         self.counters.updates += 1
         self.counters.sampled += self.cfg.batch_size
+        if self.settled_at is not None:
+            self.counters.credited += self._credit
         self.counters.last_loss = result.loss
         metrics.LEARNER_UPDATES.inc()
         metrics.LEARNER_LOSS.set(result.loss)
@@ -288,12 +309,38 @@ class Learner:
         if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group
             return
         updates = self.counters.updates
+        if self.settle is not None and self.settle.poll():
+            self._enter_settled(
+                f"evaluator's {self.settle.episodes}-episode mean "
+                f"{self.settle.mean():.1f} >= {self.settle.threshold:g}"
+            )
         if updates % self.s.publish_every == 0:
             self.publisher.submit(self._snapshot())
         if updates % 10 == 0:
             self._report_progress()
         if self.checkpointer is not None and updates % self.s.checkpoint_every == 0:
             self.checkpoint()
+
+    def _enter_settled(self, why: str, resumed_at: int | None = None) -> None:
+        """From now on train at the settled replay ratio (actorq.learner.settle)."""
+        if self.settled_at is not None or self.settle is None:
+            return
+        base, low = self.s.samples_per_insert, self.s.settle_samples_per_insert
+        self.settled_at = self.counters.updates if resumed_at is None else resumed_at
+        self.settle.solved = True  # stop watching
+        # Extra transitions credited per update on top of the batch actually sampled.
+        self._credit = round(self.cfg.batch_size * (credit_per_update(base, low) - 1.0))
+        metrics.LEARNER_REPLAY_RATIO.set(low)
+        # A resumed optimizer's state already holds the lowered learning rate.
+        if self.s.settle_lr_scale != 1.0 and resumed_at is None:
+            scale_learning_rates(self.dqn, self.s.settle_lr_scale)
+        log.info(
+            "settled at update %d (%s): replay ratio %g -> %g samples per insert",
+            self.settled_at,
+            why,
+            base,
+            low,
+        )
 
     def _report_progress(self) -> None:
         """Tell actors how far sampling got (their side of the rate limiter)."""
@@ -316,6 +363,8 @@ class Learner:
             "dqn": self.dqn.state_dict(),
             "updates": self.counters.updates,
             "sampled": self.counters.sampled,
+            "credited": self.counters.credited,
+            "settled_at": self.settled_at,
             "version": self.publisher.version,
             **({"rlx2": self.rlx2.state_dict()} if self.rlx2 is not None else {}),
         }
@@ -365,6 +414,17 @@ class Learner:
         """Share of wall time spent sampling rows and copying them out of the mirror."""
         elapsed = time.perf_counter() - self.counters.started
         return self.counters.sample_seconds / elapsed if elapsed > 0 else 0.0
+
+
+def scale_learning_rates(algorithm: object, scale: float) -> None:
+    """Multiply the learning rate of every optimizer `algorithm` owns by `scale` (DQN has
+    one; the actor-critic algorithms have one per network, SAC one more for its alpha)."""
+    optimizers = [v for v in vars(algorithm).values() if isinstance(v, torch.optim.Optimizer)]
+    if not optimizers:
+        raise ConfigError(f"{type(algorithm).__name__} has no optimizer whose rate to scale")
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] *= scale
 
 
 def make_sampler(settings: LearnerSettings) -> Sampler:

@@ -63,6 +63,7 @@ def role_rules(role: str, keys: RedisKeys) -> list[str]:
             f"%R~{keys.inserted_counter}",
             f"~{p}:learner:*",
             f"%R~{keys.policy_latest}",
+            f"%R~{keys.episodes_stream}",  # settling once solved reads the evaluator's returns
         ]
     elif role == "quantizer":
         commands = ["+get", "+set", "+del", "+hset", "+hgetall", "+zadd", "+zrange", "+zrem"]

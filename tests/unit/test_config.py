@@ -84,3 +84,34 @@ def test_onpolicy_settings_are_checked() -> None:
         ActorSettings(obs_codec="gzip")
     with pytest.raises(ConfigError, match="unroll_length"):
         ActorSettings(unroll_length=-1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], 475.0),  # dqn on CartPole-v1: gymnasium's reward threshold
+        (["--env", "Acrobot-v1"], -100.0),
+        (["--env", "Pendulum-v1"], None),  # no threshold registered
+        (["--env", "dmc:cartpole-swingup"], None),  # not a gymnasium id
+        (["--algo", "td3", "--env", "Pendulum-v1"], None),  # measured for dqn only
+        (["--learners", "2"], None),  # one learner only
+        (["--settle-at", "300"], 300.0),
+        (["--settle-at", "none"], None),
+    ],
+)
+def test_settle_at_auto_is_the_envs_threshold_for_dqn(argv: list[str], expected) -> None:
+    from actorq.cli import _resolve_settle_at, build_parser
+
+    args = build_parser().parse_args(["run", *argv])
+    assert _resolve_settle_at(args) == expected
+
+
+def test_settle_at_is_checked() -> None:
+    from actorq.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--settle-at", "soon"])
+    with pytest.raises(ConfigError, match="--settle-at"):
+        RunSettings(settle_at=475.0, learners=2)
+    with pytest.raises(ConfigError, match="--settle-at"):
+        RunSettings(settle_at=float("inf"))

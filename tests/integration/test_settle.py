@@ -1,0 +1,154 @@
+"""Settling once solved (actorq.learner.settle) against a real Redis, a real quantizer and
+real CartPole actors: the learner watches the evaluator's returns in the episodes stream,
+then trains at the settled replay ratio, and a restarted learner stays settled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from actorq import metrics
+from actorq.actor.episodes import Episode
+from actorq.algos.dqn import DQNConfig
+from actorq.config import ConfigError, LearnerSettings, load_settings
+from actorq.learner.loop import Learner
+from actorq.learner.publisher import WeightsPublisher
+from actorq.learner.settle import SolvedWatch, credit_per_update
+from actorq.quant import parse_precision
+from actorq.quantizer.store import PolicyStore
+from actorq.redis_keys import RedisKeys
+from tests.integration.test_learner_actor import SPEC, _actor
+
+BATCH = 32
+
+
+def _episode(client: redis.Redis, keys: RedisKeys, kind: str, episode_return: float) -> None:
+    fields = Episode("test", kind, episode_return, 10, 1, 10, time.time()).fields()
+    client.xadd(keys.episodes_stream, fields)
+
+
+def test_watch_latches_once_on_the_evaluators_mean_and_ignores_the_rest(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    watch = SolvedWatch(redis_client, redis_keys, threshold=100.0, episodes=4, poll_seconds=0)
+    assert not watch.poll() and watch.mean() is None  # empty stream
+    for r in (500.0, 500.0, 500.0, 500.0):
+        _episode(redis_client, redis_keys, "train", r)  # actors' returns never count
+    redis_client.xadd(redis_keys.episodes_stream, {"kind": "eval"})  # malformed: skipped
+    for r in (10.0, 20.0, 30.0, 40.0, 150.0):
+        _episode(redis_client, redis_keys, "eval", r)
+    assert not watch.poll()
+    assert watch.mean() == pytest.approx((20 + 30 + 40 + 150) / 4)  # the last 4 only
+    _episode(redis_client, redis_keys, "eval", 200.0)  # 30, 40, 150, 200: mean 105
+    assert watch.poll() and watch.solved
+    _episode(redis_client, redis_keys, "eval", 0.0)
+    assert not watch.poll() and watch.solved  # latched: reported once, then never again
+
+
+def test_watch_and_credit_refuse_bad_values(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    with pytest.raises(ValueError, match="threshold"):
+        SolvedWatch(redis_client, redis_keys, float("nan"))
+    with pytest.raises(ValueError, match="episodes"):
+        SolvedWatch(redis_client, redis_keys, 1.0, episodes=0)
+    with pytest.raises(ValueError, match="ratios must be > 0"):
+        credit_per_update(16.0, 0.0)
+    assert credit_per_update(16.0, 4.0) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"ACTORQ_SETTLE_AT": "soon"}, "ACTORQ_SETTLE_AT"),
+        ({"ACTORQ_SETTLE_AT": "nan"}, "settle_at"),
+        ({"ACTORQ_SETTLE_EPISODES": "0"}, "settle_episodes"),
+        ({"ACTORQ_SETTLE_SAMPLES_PER_INSERT": "0"}, "settle_samples_per_insert"),
+        ({"ACTORQ_SETTLE_LR_SCALE": "2"}, "settle_lr_scale"),
+        ({"ACTORQ_SETTLE_AT": "475", "ACTORQ_WORLD_SIZE": "2"}, "one learner"),
+    ],
+)
+def test_settings_name_the_bad_value(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(LearnerSettings, env)
+
+
+def _settling_learner(
+    redis_url: str,
+    keys: RedisKeys,
+    client: redis.Redis,
+    address: str,
+    ckpt: Path,
+    max_updates: int,
+) -> Learner:
+    settings = LearnerSettings(
+        redis_url=redis_url,
+        redis_prefix=keys.prefix,
+        hidden=SPEC.hidden,
+        quantizer_addr=address,
+        checkpoint_dir=str(ckpt),
+        publish_every=10,
+        max_updates=max_updates,
+        samples_per_insert=4.0,
+        settle_at=50.0,
+        settle_episodes=4,
+        settle_samples_per_insert=1.0,
+        settle_lr_scale=0.5,
+    )
+    store = PolicyStore(client, keys)
+    publisher = WeightsPublisher(
+        address, SPEC, parse_precision("int8"), store.latest_version(), store.latest_version
+    )
+    dqn = DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3)
+    return Learner(settings, dqn, SPEC, client, keys, publisher, threading.Event())
+
+
+def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_restart(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    learner = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 200)
+    assert learner.settle is not None
+    learner.settle.poll_seconds = 0.0  # read the stream after every update
+    for r in (10.0, 20.0, 30.0, 40.0):
+        _episode(redis_client, redis_keys, "eval", r)  # mean 25: not solved
+    learner.restore()
+    learner.start()
+    actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=8000)
+    actor_thread = threading.Thread(target=actor.run)
+    actor_thread.start()
+    trainer = threading.Thread(target=learner.train)
+    trainer.start()
+    deadline = time.monotonic() + 60
+    while learner.counters.updates < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert learner.settled_at is None  # training, but the evaluator has not solved
+    assert metrics.LEARNER_REPLAY_RATIO._value.get() == 4.0
+    for r in (100.0, 100.0, 100.0):
+        _episode(redis_client, redis_keys, "eval", r)  # 40, 100, 100, 100: mean 85 >= 50
+    trainer.join(timeout=120)
+    actor_thread.join(timeout=60)
+    learner.finish()
+    follower.stop()
+
+    assert learner.counters.updates == 200
+    settled_at = learner.settled_at
+    assert settled_at is not None and 40 <= settled_at < 200
+    assert metrics.LEARNER_REPLAY_RATIO._value.get() == 1.0
+    assert learner.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    # Each settled update counts 4/1 batches toward the limiter: 1 sampled + 3 credited.
+    assert learner.counters.credited == 3 * BATCH * (200 - settled_at)
+    reported = int(redis_client.get(redis_keys.learner_sampled))
+    assert reported == BATCH * 200 + learner.counters.credited
+
+    resumed = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 210)
+    resumed.restore()
+    assert resumed.settled_at == settled_at
+    assert resumed.counters.credited == learner.counters.credited
+    assert resumed.settle is not None and resumed.settle.solved  # no longer watching
+    # the optimizer's saved state carries the lowered rate; it is not lowered twice
+    assert resumed.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    resumed.publisher.close()
