@@ -78,11 +78,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--settle-at",
         type=_settle_at,
-        default="auto",
+        default=None,
         help="when the evaluator's 100-episode mean first reaches this return, the learner "
-        "drops to a replay ratio of 4 and a tenth of its learning rate, so a solved policy "
-        "stays solved ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1; "
-        "'none' = never)",
+        "drops to a replay ratio of 4 and a tenth of its learning rate for the rest of the "
+        "run ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1; default "
+        "'none': measured not to keep DQN solved, BENCHMARKS.md 12k)",
     )
     p.add_argument(
         "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"
@@ -214,8 +214,8 @@ def _samples_per_insert(args: argparse.Namespace) -> float:
 
 
 def _resolve_settle_at(args: argparse.Namespace) -> float | None:
-    """--settle-at auto: the env's reward threshold for DQN on one learner, else never (the
-    lower replay ratio is measured for DQN only: BENCHMARKS 12k)."""
+    """--settle-at auto: the env's reward threshold for DQN on one learner, else never (it
+    was measured for DQN only: BENCHMARKS 12k)."""
     if args.settle_at != "auto":
         return args.settle_at
     if args.algo != "dqn" or args.learners != 1:

@@ -89,17 +89,20 @@ def test_onpolicy_settings_are_checked() -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        ([], 475.0),  # dqn on CartPole-v1: gymnasium's reward threshold
-        (["--env", "Acrobot-v1"], -100.0),
-        (["--env", "Pendulum-v1"], None),  # no threshold registered
-        (["--env", "dmc:cartpole-swingup"], None),  # not a gymnasium id
-        (["--algo", "td3", "--env", "Pendulum-v1"], None),  # measured for dqn only
-        (["--learners", "2"], None),  # one learner only
+        ([], None),  # off by default
+        (["--settle-at", "auto"], 475.0),  # dqn on CartPole-v1: gymnasium's reward threshold
+        (["--settle-at", "auto", "--env", "Acrobot-v1"], -100.0),
+        (["--settle-at", "auto", "--env", "Pendulum-v1"], None),  # no threshold registered
+        (["--settle-at", "auto", "--env", "dmc:cartpole-swingup"], None),  # not gymnasium's
+        (["--settle-at", "auto", "--algo", "td3", "--env", "Pendulum-v1"], None),  # dqn only
+        (["--settle-at", "auto", "--learners", "2"], None),  # one learner only
         (["--settle-at", "300"], 300.0),
         (["--settle-at", "none"], None),
     ],
 )
-def test_settle_at_auto_is_the_envs_threshold_for_dqn(argv: list[str], expected) -> None:
+def test_settle_at_auto_is_the_envs_threshold_for_dqn_and_off_by_default(
+    argv: list[str], expected
+) -> None:
     from actorq.cli import _resolve_settle_at, build_parser
 
     args = build_parser().parse_args(["run", *argv])
