@@ -7,8 +7,9 @@ descheduled on a shared machine does not count), updates/s and the fast/torch ra
 
 - torch: torch.optim.Adam(fused=True), nn.utils.clip_grad_norm_, autograd backward,
   glibc's default allocator thresholds: the learner as it was before the fast path.
-- fast: FastAdam, direct foreach clipping, backward only into the stepped network, the
-  hand-written MLP backward (DQN), retain_freed_memory(): what the learner runs now.
+- fast: FastAdam, direct foreach clipping, backward only into the stepped network,
+  retain_freed_memory(): what the learner runs now. For DQN that is the whole update in
+  numpy on flat parameter/gradient/Adam buffers (actorq.algos.dqn_flat, one thread).
 
 The floor is the update's matmul FLOPs (counted by torch's FlopCounterMode on one update)
 divided by the single-thread sgemm rate measured in the same run (a 256^3 product):

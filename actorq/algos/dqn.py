@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from actorq.algos.dqn_flat import FlatDQNUpdate
 from actorq.algos.optim import FastAdam, clip_grad_norm
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.models.mlp_grad import (
@@ -152,6 +153,9 @@ class DQNLearner:
         self._layers = linear_layers(self.online)
         self._target_layers = linear_layers(self.target)
         self._manual_grad = fast and supports_manual_grad(self.online)
+        # The whole update in numpy on flat buffers (dqn_flat): ~3x fewer microseconds
+        # than the torch ops above at CartPole's sizes; None where it does not apply.
+        self._flat = FlatDQNUpdate.build(self) if self._manual_grad else None
         self._num_updates = 0
         # Data-parallel learners set this to average gradients across ranks before each step.
         self.grad_sync: Callable[[list[nn.Parameter]], None] | None = None
@@ -165,6 +169,14 @@ class DQNLearner:
         self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
     ) -> DQNUpdate:
         """One gradient step on `batch`; `weights` are importance-sampling weights [B]."""
+        flat = self._flat
+        # Parallel learners average torch gradients (grad_sync): they keep the torch path.
+        if flat is not None and self.grad_sync is None and flat.usable():
+            result = flat.update(batch, weights)
+            self._num_updates += 1
+            if self._num_updates % self.config.target_update_every == 0:
+                self.sync_target()
+            return result
         t = self._to_tensors(batch)
         w = None if weights is None else self._weights_tensor(weights, t["action"].shape[0])
         if self._manual_grad:
@@ -180,6 +192,8 @@ class DQNLearner:
             grad_norm = nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
         self._apply_lr_schedule()
         self.optimizer.step()
+        if flat is not None:
+            flat.state_ready = False  # torch's step may have created Adam's state anew
         self._num_updates += 1
         if self._num_updates % self.config.target_update_every == 0:
             self.sync_target()
@@ -256,6 +270,9 @@ class DQNLearner:
     def sync_target(self) -> None:
         """Move the target net towards the online net by `tau` (a copy when tau == 1)."""
         tau = self.config.tau
+        if self._flat is not None:
+            self._flat.sync_target(tau)  # one op on the flat buffers
+            return
         for p_target, p_online in zip(
             self.target.parameters(), self.online.parameters(), strict=True
         ):
@@ -302,6 +319,8 @@ class DQNLearner:
             p.grad = torch.zeros_like(p)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self._flat is not None:
+            self._flat.state_ready = False
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
@@ -317,6 +336,8 @@ class DQNLearner:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self._flat is not None:
+            self._flat.state_ready = False  # the next flat update adopts the loaded state
         self._num_updates = int(state["num_updates"])
 
     def _to_tensors(self, batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:

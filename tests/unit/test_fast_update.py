@@ -1,5 +1,6 @@
 """The learners' fast update path (FastAdam, direct clipping, hand-written MLP backward)
-against torch's own path (torch.optim.Adam, clip_grad_norm_, autograd): bit for bit."""
+against torch's own path (torch.optim.Adam, clip_grad_norm_, autograd): bit for bit.
+(DQN's numpy update on flat buffers: tests/unit/test_dqn_flat_update.py.)"""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ def test_fast_update_equals_torch_path_bit_for_bit(algo: str) -> None:
         learner = make_algorithm(
             algo, obs, act, (16, 16), load_algorithm_config(algo, {}), fast=fast
         )
+        if algo == "dqn":
+            # DQN's numpy update agrees to float rounding only: test_dqn_flat_update.py.
+            # Its torch fast path (taken with more torch threads) stays bit for bit.
+            learner._flat = None
         # every other batch with importance weights, as prioritized replay sends them
         results[fast] = [
             learner.update(b, w if i % 2 else None)

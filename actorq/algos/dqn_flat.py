@@ -1,0 +1,399 @@
+"""DQN's whole update for a plain fp32 MLP on CPU in numpy, on one flat parameter buffer.
+
+At CartPole's sizes (64x64 MLP, batch 128) an update is a few MFLOP and its time is per-op
+framework overhead: ~70 small ops at 3-5 us each through torch against ~1 us through
+numpy (BENCHMARKS.md 12h: the torch path 0.73 ms, its FLOP floor 0.03 ms). So here the
+forward passes, the double-DQN target, the Huber gradient, the MLP backward, the global
+norm clip and Adam are numpy ops on preallocated buffers, with matrix products in BLAS.
+
+Memory is shared, not copied: the online parameters, their gradients, Adam's exp_avg and
+exp_avg_sq, the Adam steps and the target parameters each live in ONE contiguous torch
+buffer, and every `nn.Parameter` and optimizer-state tensor is a view into it (numpy
+works on views of the same memory via `.numpy()`). So `state_dict`, checkpoints (either
+path's load into the other), `policy_weights` and the torch fallback path keep working
+unchanged, and Adam, clipping and a target sync are a few ops on one array each.
+
+The maths is the torch path's (tests/unit/test_dqn_flat_update.py): Huber with delta,
+(double) DQN target, importance weights, clip_grad_norm_ semantics, Adam with eps and
+bias correction as in torch's fused kernel; only summation orders differ (BLAS vs MKL),
+so results agree to float rounding, not bit for bit.
+
+It runs on one thread (numpy's OpenBLAS is set to one thread); a learner given more torch
+threads, a QAT or non-CPU learner, and parallel learners (grad_sync) keep the torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from actorq.models.mlp_grad import linear_layers
+
+if TYPE_CHECKING:
+    from actorq.algos.dqn import DQNLearner, DQNUpdate
+
+
+class FlatDQNUpdate:
+    """The numpy update of one `DQNLearner`; build with `FlatDQNUpdate.build(learner)`."""
+
+    @classmethod
+    def build(cls, learner: DQNLearner) -> FlatDQNUpdate | None:
+        """The flat update for `learner`, or None where it does not apply (the learner then
+        keeps its torch path): QAT, a tanh output, non-CPU devices, non-fp32 weights,
+        a numpy whose BLAS thread count cannot be set, a non-standard optimizer. Per
+        update, `usable` can still send an update down the torch path."""
+        online, opt = learner.online, learner.optimizer
+        params = list(online.parameters())
+        group = opt.param_groups[0]
+        if (
+            learner.device.type != "cpu"
+            or online.weight_bits is not None
+            or online.spec.output_activation != "none"
+            or len(params) != 2 * len(linear_layers(online))  # weight and bias per layer
+            or any(p.dtype != torch.float32 for p in params)
+            or not isinstance(opt, torch.optim.Adam)
+            or len(opt.param_groups) != 1
+            or list(map(id, group["params"])) != list(map(id, params))
+            or group["weight_decay"]
+            or group["amsgrad"]
+            or group["maximize"]
+            or _openblas_setter() is None
+        ):
+            return None
+        return cls(learner)
+
+    def __init__(self, learner: DQNLearner) -> None:
+        from actorq.algos.dqn import BATCH_KEYS, DQNUpdate  # dqn imports this module
+
+        self._keys, self._result = BATCH_KEYS, DQNUpdate
+        self.learner = learner
+        self.params = list(learner.online.parameters())
+        n = sum(p.numel() for p in self.params)
+        # Re-home every tensor into its flat buffer; the Parameter objects stay the same
+        # (the optimizer and the modules keep referring to them).
+        self.flat = _rehome(self.params, torch.zeros(n))
+        self.target_flat = _rehome(list(learner.target.parameters()), torch.zeros(n))
+        # Gradients stay out of `.grad` (None until the torch path runs, as in torch's).
+        self.grad_flat = torch.zeros(n)
+        self.exp_avg = torch.zeros(n)
+        self.exp_avg_sq = torch.zeros(n)
+        self.steps = torch.zeros(len(self.params))  # Adam's per-parameter step (fused: fp32)
+        # Adam's state is created on the first update, as torch's Adam does, so that
+        # `prime_optimizer` and state dicts of fresh learners stay as they were.
+        self.state_ready, self.uniform_steps = False, True
+        # numpy views of the same memory
+        self.np_flat, self.np_grad = self.flat.numpy(), self.grad_flat.numpy()
+        self.np_avg, self.np_avg_sq = self.exp_avg.numpy(), self.exp_avg_sq.numpy()
+        self.np_steps = self.steps.numpy()
+        self.tmp, self.tmp2 = np.empty(n, np.float32), np.empty(n, np.float32)
+        layers = linear_layers(learner.online)
+        self.W = [m.weight.detach().numpy() for m in layers]
+        self.b = [m.bias.detach().numpy() for m in layers]
+        self.tW = [m.weight.detach().numpy() for m in linear_layers(learner.target)]
+        self.tb = [m.bias.detach().numpy() for m in linear_layers(learner.target)]
+        grads = _views(self.grad_flat, self.params)
+        self.dW, self.db = [g.numpy() for g in grads[0::2]], [g.numpy() for g in grads[1::2]]
+        self.widths = learner.online.spec.widths
+        self._bufs: dict[int, _Buffers] = {}
+
+    def adopt_optimizer_state(self) -> None:
+        """Point Adam's state at the flat buffers, copying in whatever state it holds (a
+        loaded checkpoint's tensors, or nothing yet: zeros and step 0, as a fresh Adam).
+
+        Runs before the first flat update and again after anything else may have replaced
+        or stepped the state: load_state_dict, prime_optimizer, a torch-path update.
+        """
+        state = self.learner.optimizer.state
+        # Clones first: the old state may already be views of the buffers zeroed below.
+        old = [
+            {
+                k: v.detach().clone() if torch.is_tensor(v) else v
+                for k, v in state.get(p, {}).items()
+            }
+            for p in self.params
+        ]
+        steps = self.steps
+        steps.zero_()
+        for i, s in enumerate(old):
+            if "step" in s:
+                steps[i] = float(s["step"])
+        for key, buf in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
+            buf.zero_()
+            for view, s in zip(_views(buf, self.params), old, strict=True):
+                if key in s:
+                    view.copy_(s[key])
+        for i, (p, avg, avg_sq) in enumerate(
+            zip(
+                self.params,
+                _views(self.exp_avg, self.params),
+                _views(self.exp_avg_sq, self.params),
+                strict=True,
+            )
+        ):
+            state[p] = {"step": steps[i], "exp_avg": avg, "exp_avg_sq": avg_sq}
+        # One step count drives the bias correction below; per-parameter counts that differ
+        # (never from DQN's own updates, every parameter gets a gradient) keep torch's path.
+        self.uniform_steps = bool((steps == steps[0]).all()) if len(steps) else True
+        if getattr(self.learner.optimizer, "_cache", None) is not None:
+            self.learner.optimizer._cache = None  # FastAdam's lists held the old tensors
+        self.state_ready = True
+
+    def usable(self) -> bool:
+        """Whether the next update can run here (Adam's state adopted first if needed).
+
+        Only on one thread: this path's BLAS runs single-threaded, so a learner given more
+        torch threads (LearnerSettings.torch_threads) keeps torch's multi-threaded path.
+        """
+        if torch.get_num_threads() != 1 or not numpy_blas_single_thread():
+            return False
+        if not self.state_ready:
+            self.adopt_optimizer_state()
+        return self.uniform_steps
+
+    # --- the update ---------------------------------------------------------------------
+    def update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None) -> DQNUpdate:
+        missing = [k for k in self._keys if k not in batch]
+        if missing:
+            raise KeyError(f"batch is missing {missing}; expected keys {list(self._keys)}")
+        action = np.asarray(batch["action"])
+        if action.dtype != np.int64:
+            action = action.astype(np.int64)
+        size = action.shape[0]
+        obs, next_obs = _f32(batch["obs"]), _f32(batch["next_obs"])
+        reward, done = _f32(batch["reward"]), _f32(batch["done"])
+        for k, v in (("obs", obs), ("reward", reward), ("next_obs", next_obs), ("done", done)):
+            if v.shape[0] != size:
+                raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch['action'] has {size}")
+        w = None
+        if weights is not None:
+            w = _f32(weights)
+            if w.shape != (size,):
+                raise ValueError(f"weights must have shape ({size},), got {tuple(w.shape)}")
+        cfg, learner = self.learner.config, self.learner
+        a = self.widths[-1]
+        # torch's gather refuses an out-of-range action; the flat index below would not
+        # (as uint64, negative actions are huge).
+        if size and int(action.view(np.uint64).max()) >= a:
+            raise IndexError(f"batch['action'] holds actions outside [0, {a})")
+        bufs = self._bufs.get(size) or self._buffers(size)
+        W, b, last = self.W, self.b, len(self.W) - 1
+
+        # Online net over [obs; next_obs] in one pass (double DQN needs both).
+        x = bufs.x
+        x[:size] = obs
+        x[size:] = next_obs
+        for i in range(last + 1):
+            h = bufs.acts[i]
+            np.matmul(x, W[i].T, out=h)
+            h += b[i]
+            if i != last:
+                np.maximum(h, 0.0, out=h)
+            x = h
+        q_all, q_next_online = x[:size], x[size:]
+        # Target net over next_obs.
+        x = next_obs
+        for i in range(last + 1):
+            h = bufs.tacts[i]
+            np.matmul(x, self.tW[i].T, out=h)
+            h += self.tb[i]
+            if i != last:
+                np.maximum(h, 0.0, out=h)
+            x = h
+        q_next_target = x
+
+        index = np.add(bufs.row_base, action, out=bufs.index)  # flat index of (row, action)
+        q = np.take(q_all, index)
+        if cfg.double:
+            best = q_next_online.argmax(axis=1)
+            best += bufs.row_base
+            next_q = np.take(q_next_target, best)
+        else:
+            next_q = q_next_target.max(axis=1)
+        # target = reward + gamma * (1 - done) * next_q, in torch's order of operations
+        target = np.subtract(1.0, done, out=bufs.target)
+        target *= cfg.gamma
+        target *= next_q
+        target += reward
+        diff = np.subtract(q, target, out=bufs.diff)
+        td_abs = np.abs(diff)  # returned: a fresh array
+        # Huber: with c = min(|d|, delta), loss = c * (|d| - c / 2) (0.5 d^2 inside delta,
+        # delta * (|d| - delta / 2) outside) and d loss / dq = copysign(c, d).
+        delta = cfg.huber_delta
+        c = np.minimum(td_abs, delta, out=bufs.clamped)
+        per_item = np.multiply(c, -0.5, out=bufs.per_item)
+        per_item += td_abs
+        per_item *= c
+        # (np.add.reduce: ndarray.mean's Python wrapper costs more than the sum itself)
+        loss = float(np.add.reduce(per_item) if w is None else np.dot(per_item, w)) / size
+        dq = np.copysign(c, diff, out=bufs.dq)
+        if w is None:
+            dq *= 1.0 / size
+        else:
+            dq *= w * (1.0 / size)
+        grad = bufs.grad_out
+        grad.fill(0.0)
+        np.put(grad, index, dq)
+
+        # Backward: dW = grad^T @ input, db = column sums, then through the ReLU.
+        for i in range(last, -1, -1):
+            inp = obs if i == 0 else bufs.acts[i - 1][:size]
+            np.matmul(grad.T, inp, out=self.dW[i])
+            np.matmul(bufs.ones, grad, out=self.db[i])
+            if i > 0:
+                g = np.matmul(grad, W[i], out=bufs.grads[i - 1])
+                # inp = relu(.) >= 0, so sign(inp) is the 0/1 ReLU mask
+                g *= np.sign(inp, out=bufs.masks[i - 1])
+                grad = g
+
+        grad_norm = self._clip()
+        learner._apply_lr_schedule()
+        self._adam()
+        return self._result(
+            loss=loss, q_mean=float(np.add.reduce(q)) / size, td_abs=td_abs, grad_norm=grad_norm
+        )
+
+    def _clip(self) -> float:
+        """clip_grad_norm_(max_norm): scale by max_norm / (norm + 1e-6) when below 1."""
+        g = self.np_grad
+        total = np.float32(math.sqrt(float(np.dot(g, g))))
+        coef = np.float32(self.learner.config.max_grad_norm) / (total + np.float32(1e-6))
+        if coef < 1.0:
+            g *= coef
+        return float(total)
+
+    def _adam(self) -> None:
+        """torch's fused Adam (no weight decay, no amsgrad) on the flat buffers."""
+        group = self.learner.optimizer.param_groups[0]
+        lr, eps = group["lr"], group["eps"]
+        beta1, beta2 = group["betas"]
+        steps = self.np_steps
+        steps += 1.0
+        step = float(steps[0])
+        bias_correction1 = 1.0 - beta1**step
+        bias_correction2_sqrt = math.sqrt(1.0 - beta2**step)
+        step_size = lr / bias_correction1
+        g, m, v, tmp, tmp2 = self.np_grad, self.np_avg, self.np_avg_sq, self.tmp, self.tmp2
+        # m.lerp_(g, 1 - beta1)
+        np.subtract(g, m, out=tmp)
+        tmp *= 1.0 - beta1
+        m += tmp
+        # v = v * beta2 + (1 - beta2) * g * g
+        v *= beta2
+        np.multiply(g, 1.0 - beta2, out=tmp)
+        tmp *= g
+        v += tmp
+        # p += -step_size * m / (sqrt(v) / sqrt(bias_correction2) + eps)
+        np.sqrt(v, out=tmp)
+        tmp /= bias_correction2_sqrt
+        tmp += eps
+        np.multiply(m, -step_size, out=tmp2)
+        tmp2 /= tmp
+        self.np_flat += tmp2
+
+    def sync_target(self, tau: float) -> None:
+        """target <- tau * online + (1 - tau) * target on the flat buffers (torch's ops)."""
+        with torch.no_grad():
+            if tau == 1.0:
+                self.target_flat.copy_(self.flat)
+            else:
+                self.target_flat.lerp_(self.flat, tau)
+
+    def _buffers(self, size: int) -> _Buffers:
+        bufs = _Buffers(size, self.widths)
+        self._bufs = {size: bufs}  # one batch size at a time in practice
+        return bufs
+
+
+class _Buffers:
+    """Work arrays for one batch size: activations, gradients, per-item vectors."""
+
+    def __init__(self, size: int, widths: tuple[int, ...]) -> None:
+        f32 = np.float32
+        self.x = np.empty((2 * size, widths[0]), f32)
+        self.acts = [np.empty((2 * size, w), f32) for w in widths[1:]]
+        self.tacts = [np.empty((size, w), f32) for w in widths[1:]]
+        self.grads = [np.empty((size, w), f32) for w in widths[1:-1]]
+        self.masks = [np.empty((size, w), f32) for w in widths[1:-1]]
+        self.grad_out = np.empty((size, widths[-1]), f32)
+        self.ones = np.ones(size, f32)
+        self.row_base = np.arange(size, dtype=np.int64) * widths[-1]
+        self.index = np.empty(size, np.int64)
+        self.target, self.diff = np.empty(size, f32), np.empty(size, f32)
+        self.clamped, self.per_item, self.dq = (np.empty(size, f32) for _ in range(3))
+
+
+def _f32(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Consecutive views of `flat` shaped like the tensors of `like`."""
+    out, offset = [], 0
+    for t in like:
+        n = t.numel()
+        out.append(flat[offset : offset + n].view_as(t))
+        offset += n
+    return out
+
+
+def _rehome(params: list[torch.nn.Parameter], flat: torch.Tensor) -> torch.Tensor:
+    """Copy `params` into `flat` and make each parameter a view of it; returns `flat`."""
+    with torch.no_grad():
+        for p, view in zip(params, _views(flat, params), strict=True):
+            view.copy_(p)
+            p.data = view
+    return flat
+
+
+# --- numpy's BLAS threads ----------------------------------------------------------------
+_BLAS_SINGLE: bool | None = None  # None: not tried yet
+
+
+def numpy_blas_single_thread() -> bool:
+    """Put numpy's OpenBLAS on one thread (process-wide, once); False when numpy's BLAS is
+    not an OpenBLAS found next to numpy, whose thread count this cannot set.
+
+    Left alone, OpenBLAS spreads a 256x64x64 product over every core, and its threads spin
+    against torch's OpenMP threads and the machine's other work: measured on the project's
+    2-core machine under load, the 64x64 update took 9.9 ms of CPU (25 ms wall) on two
+    OpenBLAS threads against 0.28 ms on one. torch's own thread count is unaffected.
+    """
+    global _BLAS_SINGLE
+    if _BLAS_SINGLE is None:
+        setter = _openblas_setter()
+        if setter is not None:
+            setter(1)
+        _BLAS_SINGLE = setter is not None
+    return _BLAS_SINGLE
+
+
+@functools.cache
+def _openblas_setter():  # type: ignore[no-untyped-def]
+    root = Path(np.__file__).resolve().parent
+    candidates = [
+        *sorted((root.parent / "numpy.libs").glob("*openblas*")),
+        *sorted((root / ".dylibs").glob("*openblas*")),
+    ]
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError:
+            continue
+        for name in (
+            "scipy_openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_",
+            "openblas_set_num_threads",
+        ):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.c_int], None
+                return fn
+    return None
