@@ -85,7 +85,7 @@ bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, for
 	$(PY) bench/bench_startup.py $(ARGS)
 
 bench-stability: $(STAMP)  ## does DQN stay solved on CartPole for 200k env steps after solving: defaults vs settling once solved (BENCHMARKS.md 12k; ~12 min quiet)
-	$(PY) bench/bench_stability.py --seeds 1,2,3,4,5 --arm settle:--settle-at=auto --arm none: $(ARGS)
+	$(PY) bench/bench_stability.py --seeds 1,2,3,4,5 --arm settle: --arm none:--settle-at=none $(ARGS)
 
 bench-sparse-blob: $(STAMP)  ## bytes per broadcast: full int8, sparse+int8 80-98%, deltas vs dense fp32 (BENCHMARKS.md 14; ARGS=--quick)
 	$(PY) -W ignore::UserWarning bench/bench_sparse_blob.py $(ARGS)

@@ -78,11 +78,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--settle-at",
         type=_settle_at,
-        default=None,
+        default="auto",
         help="when the evaluator's 100-episode mean first reaches this return, the learner "
         "drops to a replay ratio of 4 and a tenth of its learning rate for the rest of the "
-        "run ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1; default "
-        "'none': measured not to keep DQN solved, BENCHMARKS.md 12k)",
+        "run, so a solved policy degrades less ('auto' = the env's reward threshold for dqn, "
+        "e.g. 475 on CartPole-v1, else never; 'none' = never; BENCHMARKS.md 12k)",
     )
     p.add_argument(
         "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"

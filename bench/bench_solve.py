@@ -5,6 +5,9 @@ median per precision (wall seconds, env steps, updates, CPU seconds of all servi
     .venv/bin/python bench/bench_solve.py [--seeds 0,1,2] [--precisions int8,fp32] [-- extra flags]
     .venv/bin/python bench/bench_solve.py --seeds 1,2,3,4,5 --precisions int8,sb3-ppo,sb3-dqn
 
+An actorq arm is a precision, optionally with ACTORQ_* variables for that arm's services:
+`--precisions int8,int8@ACTORQ_DQN_FLAT=false` compares the numpy DQN update with torch's.
+
 SB3 contestants (bench/sb3_contestant.py, zoo settings) need stable-baselines3 in the venv:
 `make bench-solve` installs it there; it is never a dependency of actorq itself.
 Both criteria are wall seconds from the moment the bench launched the process.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -23,8 +27,21 @@ import time
 from pathlib import Path
 
 
-def _run(precision: str, seed: int, out: Path, extra: list[str], budget: float) -> dict:
-    run_dir = out / f"{precision}-seed{seed}"
+def _arm_env(arm: str) -> tuple[str, dict[str, str]]:
+    """'int8@ACTORQ_X=V,ACTORQ_Y=W' -> ('int8', {'ACTORQ_X': 'V', 'ACTORQ_Y': 'W'})."""
+    precision, _, assignments = arm.partition("@")
+    env = {}
+    for item in filter(None, assignments.split(",")):
+        key, sep, value = item.partition("=")
+        if not (key.startswith("ACTORQ_") and sep):
+            raise SystemExit(f"arm {arm!r}: expected PRECISION[@ACTORQ_X=V,...]")
+        env[key] = value
+    return precision, env
+
+
+def _run(arm: str, seed: int, out: Path, extra: list[str], budget: float) -> dict:
+    precision, env = _arm_env(arm)
+    run_dir = out / f"{arm.replace('@', '-').replace('=', '-').replace(',', '-')}-seed{seed}"
     cmd = [
         sys.executable,
         "-m",
@@ -40,8 +57,16 @@ def _run(precision: str, seed: int, out: Path, extra: list[str], budget: float) 
         str(budget),
         *extra,
     ]
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return json.loads((run_dir / "summary.json").read_text())
+    subprocess.run(
+        cmd,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    s = json.loads((run_dir / "summary.json").read_text())
+    s["run_dir"] = str(run_dir)
+    return s
 
 
 def _actorq_times(run_dir: Path, launched: float, s: dict, target: float) -> dict:
@@ -124,7 +149,7 @@ def main() -> None:
             else:
                 launched = time.time()
                 s = _run(arm, seed, out, ["--env", args.env, *extra], args.max_seconds)
-                r = _actorq_times(out / f"{arm}-seed{seed}", launched, s, args.target)
+                r = _actorq_times(Path(s["run_dir"]), launched, s, args.target)
                 steps, cpu = s["env_steps"], sum(s.get("cpu_seconds", {}).values())
             times[arm].append((r["first_eval"], r["train100"]))
             print(

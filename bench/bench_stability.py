@@ -10,7 +10,7 @@ Arms are sets of ACTORQ_* variables for the services, e.g.
     .venv/bin/python bench/bench_stability.py --seeds 1,2,3 \\
         --arm base: --arm decay:ACTORQ_DQN_LR_FINAL=2.5e-4 --arm fp32:--precision=fp32
 
-(`make bench-stability` runs the defaults against settling once solved, `--settle-at auto`).
+(`make bench-stability` runs the defaults, which settle once solved, against `--settle-at none`).
 """
 
 from __future__ import annotations

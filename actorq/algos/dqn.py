@@ -66,6 +66,9 @@ class DQNConfig:
     """Double DQN: the online net picks the next action and the target net evaluates it."""
     learning_starts: int = 1_000
     """Transitions the replay must hold before the learner starts updating."""
+    flat: bool = True
+    """The numpy update on flat buffers (actorq.algos.dqn_flat) where it applies: one CPU
+    thread, plain fp32 MLP, one learner; false = torch's path (same maths to rounding)."""
     qat_bits: int = 0
     """Quantization-aware training: 2..8 trains the online net through fake-quantized
     weights at that width (straight-through estimator); 0 = off."""
@@ -155,7 +158,7 @@ class DQNLearner:
         self._manual_grad = fast and supports_manual_grad(self.online)
         # The whole update in numpy on flat buffers (dqn_flat): ~3x fewer microseconds
         # than the torch ops above at CartPole's sizes; None where it does not apply.
-        self._flat = FlatDQNUpdate.build(self) if self._manual_grad else None
+        self._flat = FlatDQNUpdate.build(self) if self._manual_grad and config.flat else None
         self._num_updates = 0
         # Data-parallel learners set this to average gradients across ranks before each step.
         self.grad_sync: Callable[[list[nn.Parameter]], None] | None = None

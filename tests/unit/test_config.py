@@ -89,8 +89,8 @@ def test_onpolicy_settings_are_checked() -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        ([], None),  # off by default
-        (["--settle-at", "auto"], 475.0),  # dqn on CartPole-v1: gymnasium's reward threshold
+        ([], 475.0),  # auto by default: dqn on CartPole-v1 -> gymnasium's reward threshold
+        (["--settle-at", "auto"], 475.0),
         (["--settle-at", "auto", "--env", "Acrobot-v1"], -100.0),
         (["--settle-at", "auto", "--env", "Pendulum-v1"], None),  # no threshold registered
         (["--settle-at", "auto", "--env", "dmc:cartpole-swingup"], None),  # not gymnasium's
@@ -100,9 +100,7 @@ def test_onpolicy_settings_are_checked() -> None:
         (["--settle-at", "none"], None),
     ],
 )
-def test_settle_at_auto_is_the_envs_threshold_for_dqn_and_off_by_default(
-    argv: list[str], expected
-) -> None:
+def test_settle_at_auto_is_the_envs_threshold_for_dqn(argv: list[str], expected) -> None:
     from actorq.cli import _resolve_settle_at, build_parser
 
     args = build_parser().parse_args(["run", *argv])

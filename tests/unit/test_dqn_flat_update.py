@@ -238,3 +238,6 @@ def test_flat_path_only_where_it_applies() -> None:
     qat = load_algorithm_config("dqn", {}, qat_bits=8)
     assert make_algorithm("dqn", 4, 2, (8,), qat)._flat is None  # autograd's STE
     assert make_algorithm("dqn", 4, 2, (8,), fast=False)._flat is None
+    # ACTORQ_DQN_FLAT=false: torch's path on request (A/B benches, debugging)
+    off = load_algorithm_config("dqn", {"ACTORQ_DQN_FLAT": "false"})
+    assert make_algorithm("dqn", 4, 2, (8,), off)._flat is None
