@@ -153,7 +153,7 @@ class Actor(_EnvWorker):
         self.ou = self._ou_noise() if self.continuous and settings.noise == "ou" else None
         self.nstep = (
             NStepAccumulator(self.env.num_envs, settings.n_step, settings.gamma)
-            if self.continuous and settings.n_step > 1
+            if settings.n_step > 1
             else None
         )
         self.writer = RedisReplayWriter(

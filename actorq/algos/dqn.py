@@ -28,6 +28,8 @@ from actorq.models.mlp_grad import (
 from actorq.models.mlp_grad import forward as mlp_forward
 
 BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
+# Optional: "steps", the n-step length of each transition (actorq.actor.nstep); the target
+# then bootstraps with gamma ** steps. Absent (or all 1) = one-step DQN.
 _DTYPES = {"action": torch.int64}
 
 
@@ -51,7 +53,10 @@ class DQNConfig:
     adam_eps: float = 1e-5
     """Adam epsilon (1e-8 is PyTorch's default; a larger value damps steps on rare actions)."""
     gamma: float = 0.99
-    """Discount factor for the one-step TD target."""
+    """Discount factor (per env step; an n-step target bootstraps with gamma ** n)."""
+    n_step: int = 1
+    """Rewards each actor sums into one transition (actorq.actor.nstep); `actorq run`
+    passes it to the actors, the learner reads each transition's own length."""
     batch_size: int = 128
     """Transitions per learner update."""
     target_update_every: int = 50
@@ -81,6 +86,7 @@ class DQNConfig:
         _check(self.lr_decay_updates >= 1, "lr_decay_updates", ">= 1", self.lr_decay_updates)
         _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
         _check(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]", self.gamma)
+        _check(1 <= self.n_step <= 255, "n_step", "in [1, 255]", self.n_step)
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(
             self.target_update_every >= 1, "target_update_every", ">= 1", self.target_update_every
@@ -114,6 +120,12 @@ class DQNUpdate:
     """|TD error| per transition, shape [B]; new priorities for prioritized replay."""
     grad_norm: float
     """Global gradient norm before clipping."""
+
+
+def _multi_step(batch: Mapping[str, np.ndarray]) -> bool:
+    """Whether the batch holds any n-step transition (a steps column with a value > 1)."""
+    steps = batch.get("steps")
+    return steps is not None and len(steps) > 0 and int(np.max(steps)) > 1
 
 
 class DQNLearner:
@@ -226,7 +238,7 @@ class DQNLearner:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Loss and gradients through autograd; returns (Q(s,a) detached, target, loss)."""
         q = self.online(t["obs"]).gather(1, t["action"].unsqueeze(1)).squeeze(1)
-        target = self.td_target(t["reward"], t["next_obs"], t["done"])
+        target = self.td_target(t["reward"], t["next_obs"], t["done"], t.get("steps"))
         per_item = F.huber_loss(q, target, reduction="none", delta=self.config.huber_delta)
         loss = per_item.mean() if w is None else (per_item * w).mean()
         self.optimizer.zero_grad(set_to_none=True)
@@ -241,7 +253,7 @@ class DQNLearner:
         acts = forward_keep(self._layers, t["obs"])
         index = t["action"].unsqueeze(1)
         q = acts[-1].gather(1, index).squeeze(1)
-        target = self.td_target(t["reward"], t["next_obs"], t["done"])
+        target = self.td_target(t["reward"], t["next_obs"], t["done"], t.get("steps"))
         delta = self.config.huber_delta
         per_item = F.huber_loss(q, target, reduction="none", delta=delta)
         loss = per_item.mean() if w is None else (per_item * w).mean()
@@ -254,16 +266,22 @@ class DQNLearner:
 
     @torch.no_grad()
     def td_target(
-        self, reward: torch.Tensor, next_obs: torch.Tensor, done: torch.Tensor
+        self,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        done: torch.Tensor,
+        steps: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """r + gamma * (1 - done) * Q_target(s', a*), a* from the online net when double."""
+        """r + gamma^steps * (1 - done) * Q_target(s', a*), a* from the online net when
+        double; `steps` None = one-step transitions."""
         next_q_target = self._q(self.target, self._target_layers, next_obs)
         if self.config.double:
             next_action = self._q(self.online, self._layers, next_obs).argmax(dim=1, keepdim=True)
             next_q = next_q_target.gather(1, next_action).squeeze(1)
         else:
             next_q = next_q_target.max(dim=1).values
-        return reward + self.config.gamma * (1.0 - done) * next_q
+        discount = self.config.gamma if steps is None else self.config.gamma**steps
+        return reward + discount * (1.0 - done) * next_q
 
     def _q(self, net: QNetwork, layers: list[nn.Linear], obs: torch.Tensor) -> torch.Tensor:
         # Functional forward skips nn.Module call overhead; same ops, same values.
@@ -348,6 +366,8 @@ class DQNLearner:
         if missing:
             raise KeyError(f"batch is missing {missing}; expected keys {list(BATCH_KEYS)}")
         out = {k: _tensor(batch[k], _DTYPES.get(k, torch.float32), self.device) for k in BATCH_KEYS}
+        if _multi_step(batch):
+            out["steps"] = _tensor(batch["steps"], torch.float32, self.device)
         size = out["action"].shape[0]
         for k, v in out.items():
             if v.shape[0] != size:

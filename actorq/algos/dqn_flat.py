@@ -216,9 +216,12 @@ class FlatDQNUpdate:
             next_q = np.take(q_next_target, best)
         else:
             next_q = q_next_target.max(axis=1)
-        # target = reward + gamma * (1 - done) * next_q, in torch's order of operations
+        # target = reward + gamma^steps * (1 - done) * next_q, in torch's order of operations
         target = np.subtract(1.0, done, out=bufs.target)
-        target *= cfg.gamma
+        if _multi_step(batch):  # n-step transitions: each bootstraps with gamma ** steps
+            target *= np.power(np.float32(cfg.gamma), _f32(batch["steps"]))
+        else:
+            target *= cfg.gamma
         target *= next_q
         target += reward
         diff = np.subtract(q, target, out=bufs.diff)
@@ -327,6 +330,11 @@ class _Buffers:
         self.index = np.empty(size, np.int64)
         self.target, self.diff = np.empty(size, f32), np.empty(size, f32)
         self.clamped, self.per_item, self.dq = (np.empty(size, f32) for _ in range(3))
+
+
+def _multi_step(batch: Mapping[str, np.ndarray]) -> bool:
+    steps = batch.get("steps")
+    return steps is not None and len(steps) > 0 and int(np.max(steps)) > 1
 
 
 def _f32(values: np.ndarray) -> np.ndarray:

@@ -197,7 +197,7 @@ def _actor(
         "ACTORQ_QUANTIZER_ADDR": qaddr,
         "ACTORQ_MAX_ENV_STEPS": str(budget),
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
-        **_continuous_actor_env(settings),
+        **_actor_replay_env(settings),
         **({} if evaluator else _onpolicy_actor_env(settings)),
     }
     # On one machine the learner is the critical path: actors and the evaluator get a lower
@@ -244,9 +244,15 @@ def _sparse_env(settings: RunSettings) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in os.environ or k.startswith("ACTORQ_SPARSITY")}
 
 
-def _continuous_actor_env(settings: RunSettings) -> dict[str, str]:
-    """Exploration of continuous actors: a uniform warm-up that fills the learner's
-    `learning_starts`, and n-step transitions when the algorithm wants them (D4PG)."""
+def _actor_replay_env(settings: RunSettings) -> dict[str, str]:
+    """What actors put into replay beyond one-step transitions: n-step transitions when the
+    algorithm's config asks (D4PG; DQN with ACTORQ_DQN_N_STEP > 1), and for continuous
+    actors a uniform warm-up that fills the learner's `learning_starts`."""
+    if settings.algo == "dqn":
+        config = load_algorithm_config("dqn")
+        if config.n_step == 1:
+            return {}
+        return {"ACTORQ_N_STEP": str(config.n_step), "ACTORQ_GAMMA": str(config.gamma)}
     if not is_continuous(settings.algo):
         return {}
     config = load_algorithm_config(settings.algo)

@@ -31,8 +31,9 @@ steps      optional: N bytes, the n-step length of each transition (1..255); abs
            the observation n steps later (see actorq.actor.nstep)
 =========  =====================================================================
 
-Discrete batches are still written as "1", byte for byte as before, so older readers
-keep working on them; an older reader refuses a "2" entry as an unsupported version
+Discrete batches are still written as "1", byte for byte as before (n-step DQN adds the
+same optional `steps` field, which older readers ignore), so older readers keep working on
+them; an older reader refuses a "2" entry as an unsupported version
 rather than misreading float actions as integers.
 """
 
@@ -77,7 +78,7 @@ class TransitionBatch:
 
     `done` is true only when the episode terminated, not when it was truncated, so the
     learner still bootstraps from `next_obs` on truncated steps. Actions are int64 [N]
-    (discrete) or float32 [N, act_dim] (continuous); `steps` (uint8 [N], continuous only)
+    (discrete) or float32 [N, act_dim] (continuous); `steps` (uint8 [N], optional)
     holds n-step lengths when transitions span more than one env step.
     """
 
@@ -95,8 +96,6 @@ class TransitionBatch:
         n = _check_obs("obs", self.obs)
         _check_action(self.action, n)
         if self.steps is not None:
-            if not self.continuous:
-                raise ValueError("steps is only carried with continuous (float32) actions")
             _check_array("steps", self.steps, np.dtype(np.uint8), (n,))
             if n and self.steps.min() < 1:
                 raise ValueError("steps must be >= 1")
@@ -180,7 +179,7 @@ def encode_batch(batch: TransitionBatch) -> dict[str, bytes]:
     """Encode a batch as Redis stream fields (see the module docstring for the format)."""
     if batch.continuous:
         return _encode_continuous(batch)
-    return {
+    fields = {
         "v": FORMAT_VERSION.encode(),
         "n": str(len(batch)).encode(),
         "obs_dim": str(batch.obs_dim).encode(),
@@ -193,6 +192,9 @@ def encode_batch(batch: TransitionBatch) -> dict[str, bytes]:
         "next_obs": batch.next_obs.astype(_F32, copy=False).tobytes(order="C"),
         "done": batch.done.astype(_U8).tobytes(),
     }
+    if batch.steps is not None:  # n-step DQN; readers without it ignore the extra field
+        fields["steps"] = batch.steps.astype(_U8, copy=False).tobytes()
+    return fields
 
 
 def _encode_continuous(batch: TransitionBatch) -> dict[str, bytes]:
@@ -252,20 +254,24 @@ def decode_batch(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> Transit
 def _actions(f: dict[str, bytes], n: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Actions (and n-step lengths) of a "1" (int64) or "2" (float32 [N, A]) entry."""
     if f["v"] == FORMAT_VERSION.encode():
-        return _array(f, "action", _I64, n), None
+        return _array(f, "action", _I64, n), _steps(f, n)
     if "act_dim" not in f or type(f["act_dim"]) is not bytes:
         raise ReplayDecodeError("missing_field", "format 2 entry without an act_dim field")
     act_dim = _decimal(f, "act_dim")
     if act_dim < 1:
         raise ReplayDecodeError("bad_header", f"act_dim must be >= 1, got {act_dim}")
     action = _array(f, "action", _F32, n * act_dim).reshape(n, act_dim)
-    steps = None
-    if "steps" in f:
-        raw = f["steps"]
-        if type(raw) is not bytes or len(raw) != n:
-            raise ReplayDecodeError("bad_length", f"field 'steps' must be {n} bytes")
-        steps = np.frombuffer(raw, dtype=np.uint8).copy()
-    return action, steps
+    return action, _steps(f, n)
+
+
+def _steps(f: dict[str, bytes], n: int) -> np.ndarray | None:
+    """The optional n-step lengths (one byte per transition); None when absent (all 1)."""
+    if "steps" not in f:
+        return None
+    raw = f["steps"]
+    if type(raw) is not bytes or len(raw) != n:
+        raise ReplayDecodeError("bad_length", f"field 'steps' must be {n} bytes")
+    return np.frombuffer(raw, dtype=np.uint8).copy()
 
 
 def _normalize_keys(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> dict[str, bytes]:

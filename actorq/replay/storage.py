@@ -13,7 +13,7 @@ import numpy as np
 from actorq.replay.batch import TransitionBatch
 from actorq.replay.trajectories import TrajectoryLinks, nstep_rows
 
-COLUMNS = ("obs", "action", "reward", "next_obs", "done", "policy_version")
+COLUMNS = ("obs", "action", "reward", "next_obs", "done", "policy_version", "steps")
 
 
 class ReplayStorage:
@@ -51,8 +51,7 @@ class ReplayStorage:
             "done": np.zeros(capacity, np.bool_),
             "policy_version": np.zeros(capacity, np.int64),
         }
-        if act_dim:
-            self._cols["steps"] = np.ones(capacity, np.uint8)
+        self._cols["steps"] = np.ones(capacity, np.uint8)  # n-step lengths (1 = one-step)
         self._lock = threading.Lock()
         self._total = 0
         self._dropped_before = 0  # insert sequence number of the oldest row not dropped
@@ -113,8 +112,7 @@ class ReplayStorage:
             "done": batch.done[skip:],
             "policy_version": batch.policy_version,
         }
-        if self.act_dim:
-            values["steps"] = 1 if batch.steps is None else batch.steps[skip:]
+        values["steps"] = 1 if batch.steps is None else batch.steps[skip:]
         with self._lock:
             start = (self._total + skip) % self.capacity
             indices = (start + np.arange(n - skip, dtype=np.int64)) % self.capacity

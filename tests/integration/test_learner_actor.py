@@ -64,6 +64,7 @@ def _actor(
     address: str,
     steps: int,
     evaluator: bool = False,
+    **settings_overrides,
 ):
     settings = ActorSettings(
         redis_url=redis_url,
@@ -73,6 +74,7 @@ def _actor(
         max_env_steps=steps,
         push_every=64,
         evaluator=evaluator,
+        **settings_overrides,
     )
     follower = PolicyFollower(address, settings.instance_id, expected_spec=SPEC).start()
     env = make_vector_env("CartPole-v1", 4, seed=0)
@@ -195,6 +197,34 @@ def test_evaluator_writes_episodes_but_no_replay(
     assert len(episodes) >= 4  # one per env per round
     assert {f[b"kind"] for _, f in episodes} == {b"eval"}
     assert redis_client.xlen(redis_keys.replay_stream) == 0
+
+
+def test_dqn_actors_write_n_step_transitions_the_learner_discounts(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    """ACTORQ_N_STEP=3 on a discrete actor: CartPole transitions carry 3 rewards (1 + 0.9 +
+    0.81), fewer when an episode ended first, and the learner's mirror keeps the lengths."""
+    stop = threading.Event()
+    learner = _learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 1)
+    learner.start()
+    actor, follower = _actor(
+        redis_url, redis_keys, redis_client, quantizer, 600, n_step=3, gamma=0.9
+    )
+    actor.run()
+    follower.stop()
+    batches = [decode_batch(f) for _, f in redis_client.xrange(redis_keys.replay_stream)]
+    steps = np.concatenate([b.steps for b in batches])
+    reward = np.concatenate([b.reward for b in batches])
+    done = np.concatenate([b.done for b in batches])
+    assert len(steps) == actor.inserted and set(np.unique(steps)) <= {1, 2, 3}
+    assert (steps == 3).mean() > 0.8  # most transitions are full windows
+    for k in (1, 2, 3):  # every transition sums its own k rewards of 1, discounted
+        np.testing.assert_allclose(reward[steps == k], sum(0.9**i for i in range(k)), rtol=1e-6)
+    assert done.any() and (steps[done] <= 3).all()  # episodes end inside a window too
+    learner.reader.poll(block_ms=0)
+    rows = learner.storage.get(np.arange(len(learner.storage)))
+    assert (rows["steps"] == 3).sum() == (steps[: len(rows["steps"])] == 3).sum()
+    learner.finish()
 
 
 def test_epsilons_spread_over_all_envs_of_all_actors() -> None:

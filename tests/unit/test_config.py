@@ -116,3 +116,16 @@ def test_settle_at_is_checked() -> None:
         RunSettings(settle_at=475.0, learners=2)
     with pytest.raises(ConfigError, match="--settle-at"):
         RunSettings(settle_at=float("inf"))
+
+
+def test_dqn_actors_build_n_step_transitions_when_the_config_asks(monkeypatch) -> None:
+    from actorq.launch.run import _actor_replay_env
+
+    monkeypatch.delenv("ACTORQ_DQN_N_STEP", raising=False)
+    assert _actor_replay_env(RunSettings()) == {}  # one-step DQN: nothing extra
+    monkeypatch.setenv("ACTORQ_DQN_N_STEP", "3")
+    monkeypatch.setenv("ACTORQ_DQN_GAMMA", "0.98")
+    assert _actor_replay_env(RunSettings()) == {"ACTORQ_N_STEP": "3", "ACTORQ_GAMMA": "0.98"}
+    monkeypatch.setenv("ACTORQ_DQN_N_STEP", "0")
+    with pytest.raises(ValueError, match="n_step"):
+        _actor_replay_env(RunSettings())

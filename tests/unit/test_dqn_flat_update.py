@@ -241,3 +241,30 @@ def test_flat_path_only_where_it_applies() -> None:
     # ACTORQ_DQN_FLAT=false: torch's path on request (A/B benches, debugging)
     off = load_algorithm_config("dqn", {"ACTORQ_DQN_FLAT": "false"})
     assert make_algorithm("dqn", 4, 2, (8,), off)._flat is None
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_n_step_transitions_bootstrap_with_gamma_to_their_length(fast: bool) -> None:
+    """A transition that sums 3 rewards bootstraps with gamma^3; one of length 1 with gamma;
+    both paths compute the same target (TD errors) as written out here."""
+    rng = np.random.default_rng(5)
+    config = load_algorithm_config("dqn", {}, gamma=0.9, double=False)
+    learner = make_algorithm("dqn", OBS, ACTIONS, (16,), config, fast=fast)
+    assert (learner._flat is not None) == fast
+    batch = make_batch(rng, n=8)
+    batch["steps"] = np.array([3, 1, 2, 3, 1, 3, 2, 1], np.uint8)
+    q_next = learner.target(torch.as_tensor(batch["next_obs"])).max(dim=1).values.numpy()
+    q = learner.online(torch.as_tensor(batch["obs"])).detach().numpy()
+    q = q[np.arange(8), batch["action"]]
+    target = (
+        batch["reward"] + 0.9 ** batch["steps"].astype(np.float32) * (1.0 - batch["done"]) * q_next
+    )
+    result = learner.update(batch)
+    np.testing.assert_allclose(result.td_abs, np.abs(q - target), rtol=1e-5, atol=1e-5)
+    # all-ones steps are plain one-step DQN
+    one = make_algorithm("dqn", OBS, ACTIONS, (16,), config, fast=fast)
+    other = make_algorithm("dqn", OBS, ACTIONS, (16,), config, fast=fast)
+    plain = make_batch(np.random.default_rng(6), n=8)
+    ra = one.update(plain)
+    rb = other.update({**plain, "steps": np.ones(8, np.uint8)})
+    np.testing.assert_array_equal(ra.td_abs, rb.td_abs)

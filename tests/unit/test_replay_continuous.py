@@ -74,18 +74,31 @@ def test_malformed_continuous_entries_rejected(change, reason: str) -> None:
     assert err.value.reason == reason
 
 
-def test_steps_need_continuous_actions() -> None:
-    with pytest.raises(ValueError, match="steps is only carried with continuous"):
-        TransitionBatch(
-            obs=np.zeros((1, 2), np.float32),
-            action=np.zeros(1, np.int64),
-            reward=np.zeros(1, np.float32),
-            next_obs=np.zeros((1, 2), np.float32),
-            done=np.zeros(1, bool),
-            actor_id="a",
-            policy_version=0,
-            steps=np.ones(1, np.uint8),
-        )
+def test_discrete_batches_carry_steps_through_redis_fields_and_storage() -> None:
+    """n-step DQN: int64 actions with per-transition lengths survive encode/decode and the
+    learner's storage; a batch without them reads as one-step; bad lengths are refused."""
+    batch = TransitionBatch(
+        obs=np.arange(6, dtype=np.float32).reshape(3, 2),
+        action=np.array([0, 1, 1], np.int64),
+        reward=np.array([1.0, 2.0, 3.0], np.float32),
+        next_obs=np.ones((3, 2), np.float32),
+        done=np.array([False, False, True]),
+        actor_id="a",
+        policy_version=4,
+        steps=np.array([3, 3, 1], np.uint8),
+    )
+    fields = encode_batch(batch)
+    back = decode_batch(fields)
+    np.testing.assert_array_equal(back.steps, [3, 3, 1])
+    np.testing.assert_array_equal(back.action, [0, 1, 1])
+    storage = ReplayStorage(8, obs_dim=2)
+    storage.add(back)
+    storage.add(decode_batch({k: v for k, v in fields.items() if k != "steps"}))
+    np.testing.assert_array_equal(storage.get(np.arange(6))["steps"], [3, 3, 1, 1, 1, 1])
+    with pytest.raises(ReplayDecodeError, match="steps"):
+        decode_batch({**fields, "steps": b"\x03\x03"})
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        TransitionBatch(**{**batch.__dict__, "steps": np.array([3, 0, 1], np.uint8)})
 
 
 def test_continuous_storage_keeps_actions_and_steps() -> None:
@@ -106,6 +119,6 @@ def test_storage_refuses_the_other_action_kind() -> None:
     with pytest.raises(ValueError, match=r"batch act_dim 4 != storage act_dim 2"):
         storage.add(continuous_batch(act_dim=4))
     discrete = ReplayStorage(8, obs_dim=3)
-    assert "steps" not in discrete.get(np.arange(0))
+    assert "steps" in discrete.get(np.arange(0))  # n-step DQN keeps lengths too
     with pytest.raises(ValueError, match=r"batch act_dim 2 != storage act_dim 0"):
         discrete.add(continuous_batch())
