@@ -40,8 +40,8 @@ def first_step_after(launched: float, run_dir: Path) -> float | None:
     return min(stamps) - launched if stamps else None
 
 
-def one_run(mode: str, out: Path, index: int) -> float | None:
-    run_dir = out / f"{mode}-{index}"
+def one_run(mode: str, out: Path, index: int, extra: list[str] = ()) -> float | None:
+    run_dir = out / f"{mode}-{index}-{len(extra)}"
     cmd = [
         sys.executable,
         "-m",
@@ -53,6 +53,7 @@ def one_run(mode: str, out: Path, index: int) -> float | None:
         "none",
         "--run-dir",
         str(run_dir),
+        *extra,
     ]
     env = {**os.environ, "ACTORQ_LAUNCH_MODE": mode}
     launched = time.time()
@@ -63,7 +64,11 @@ def one_run(mode: str, out: Path, index: int) -> float | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5, help="runs per launch mode")
-    p.add_argument("--modes", default="fork,spawn")
+    p.add_argument(
+        "--modes",
+        default="fork,spawn",
+        help="launch modes, each optionally with actorq run flags: fork:--settle-at=none",
+    )
     p.add_argument("--out", default="", help="keep run folders here (default: temp dir)")
     args = p.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="actorq-startup-"))
@@ -73,7 +78,9 @@ def main() -> None:
     print("|---|---|---|---|")
     for i in range(args.runs):
         for mode in modes:
-            seconds = one_run(mode, out, i)
+            launch, _, flags = mode.partition(":")
+            extra = [part for f in filter(None, flags.split(",")) for part in f.split("=", 1)]
+            seconds = one_run(launch, out, i, extra)
             load = os.getloadavg()[0]
             shown = "no step" if seconds is None else f"{seconds:.2f}"
             print(f"| {i} | {mode} | {shown} | {load:.1f} |", flush=True)
