@@ -16,6 +16,18 @@ from actorq.redis_server import EmbeddedRedis, RedisUnavailable, check_redis
 LOCAL_REDIS_URL = os.environ.get("ACTORQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread for the test (the learner's default): small MLP updates run ~20x
+    faster than on two threads of a shared 2-core machine, and DQN's numpy update needs it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """The local Redis (LOCAL_REDIS_URL) when one answers, else an embedded redis-server."""

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.dqn_flat import FlatDQNUpdate
+from actorq.algos.dqn_flat import FlatDQNUpdate, multi_step
 from actorq.algos.optim import FastAdam, clip_grad_norm
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.models.mlp_grad import (
@@ -120,12 +120,6 @@ class DQNUpdate:
     """|TD error| per transition, shape [B]; new priorities for prioritized replay."""
     grad_norm: float
     """Global gradient norm before clipping."""
-
-
-def _multi_step(batch: Mapping[str, np.ndarray]) -> bool:
-    """Whether the batch holds any n-step transition (a steps column with a value > 1)."""
-    steps = batch.get("steps")
-    return steps is not None and len(steps) > 0 and int(np.max(steps)) > 1
 
 
 class DQNLearner:
@@ -366,7 +360,7 @@ class DQNLearner:
         if missing:
             raise KeyError(f"batch is missing {missing}; expected keys {list(BATCH_KEYS)}")
         out = {k: _tensor(batch[k], _DTYPES.get(k, torch.float32), self.device) for k in BATCH_KEYS}
-        if _multi_step(batch):
+        if multi_step(batch):
             out["steps"] = _tensor(batch["steps"], torch.float32, self.device)
         size = out["action"].shape[0]
         for k, v in out.items():

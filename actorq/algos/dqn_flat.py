@@ -218,7 +218,7 @@ class FlatDQNUpdate:
             next_q = q_next_target.max(axis=1)
         # target = reward + gamma^steps * (1 - done) * next_q, in torch's order of operations
         target = np.subtract(1.0, done, out=bufs.target)
-        if _multi_step(batch):  # n-step transitions: each bootstraps with gamma ** steps
+        if multi_step(batch):  # n-step transitions: each bootstraps with gamma ** steps
             target *= np.power(np.float32(cfg.gamma), _f32(batch["steps"]))
         else:
             target *= cfg.gamma
@@ -332,7 +332,8 @@ class _Buffers:
         self.clamped, self.per_item, self.dq = (np.empty(size, f32) for _ in range(3))
 
 
-def _multi_step(batch: Mapping[str, np.ndarray]) -> bool:
+def multi_step(batch: Mapping[str, np.ndarray]) -> bool:
+    """Whether the batch holds any n-step transition (a steps column with a value > 1)."""
     steps = batch.get("steps")
     return steps is not None and len(steps) > 0 and int(np.max(steps)) > 1
 

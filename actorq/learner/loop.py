@@ -150,10 +150,9 @@ class Learner:
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
 
     def _solved_watch(self) -> SolvedWatch | None:
-        s = self.s  # LearnerSettings refuses settle_at with parallel learners
+        s = self.s  # LearnerSettings checks both ratios and refuses parallel learners
         if s.settle_at is None:
             return None
-        credit_per_update(s.samples_per_insert, s.settle_samples_per_insert)  # checks both
         return SolvedWatch(self.client, self.keys, s.settle_at, s.settle_episodes)
 
     # --- start-up ---------------------------------------------------------------------

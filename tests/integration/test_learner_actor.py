@@ -36,7 +36,10 @@ def _learner(
     stop: threading.Event,
     max_updates: int,
     replay: str = "uniform",
+    dqn: DQNConfig | None = None,
+    **overrides,
 ) -> Learner:
+    """A learner on a real Redis and quantizer; `overrides` are further LearnerSettings."""
     settings = LearnerSettings(
         redis_url=redis_url,
         redis_prefix=keys.prefix,
@@ -48,12 +51,13 @@ def _learner(
         max_updates=max_updates,
         samples_per_insert=4.0,
         replay=replay,
+        **overrides,
     )
     store = PolicyStore(client, keys)
     publisher = WeightsPublisher(
         address, SPEC, parse_precision("int8"), store.latest_version(), store.latest_version
     )
-    dqn = DQNConfig(batch_size=32, learning_starts=200)
+    dqn = dqn or DQNConfig(batch_size=32, learning_starts=200)
     return Learner(settings, dqn, SPEC, client, keys, publisher, stop)
 
 

@@ -16,12 +16,9 @@ from actorq.actor.episodes import Episode
 from actorq.algos.dqn import DQNConfig
 from actorq.config import ConfigError, LearnerSettings, load_settings
 from actorq.learner.loop import Learner
-from actorq.learner.publisher import WeightsPublisher
 from actorq.learner.settle import SolvedWatch, credit_per_update
-from actorq.quant import parse_precision
-from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
-from tests.integration.test_learner_actor import SPEC, _actor
+from tests.integration.test_learner_actor import _actor, _learner
 
 BATCH = 32
 
@@ -85,26 +82,20 @@ def _settling_learner(
     ckpt: Path,
     max_updates: int,
 ) -> Learner:
-    settings = LearnerSettings(
-        redis_url=redis_url,
-        redis_prefix=keys.prefix,
-        hidden=SPEC.hidden,
-        quantizer_addr=address,
-        checkpoint_dir=str(ckpt),
-        publish_every=10,
-        max_updates=max_updates,
-        samples_per_insert=4.0,
+    return _learner(
+        redis_url,
+        keys,
+        client,
+        address,
+        ckpt,
+        threading.Event(),
+        max_updates,
+        dqn=DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3),
         settle_at=50.0,
         settle_episodes=4,
         settle_samples_per_insert=1.0,
         settle_lr_scale=0.5,
     )
-    store = PolicyStore(client, keys)
-    publisher = WeightsPublisher(
-        address, SPEC, parse_precision("int8"), store.latest_version(), store.latest_version
-    )
-    dqn = DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3)
-    return Learner(settings, dqn, SPEC, client, keys, publisher, threading.Event())
 
 
 def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_restart(

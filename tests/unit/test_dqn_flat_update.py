@@ -18,13 +18,7 @@ from actorq.algos.dqn import DQNLearner
 OBS, ACTIONS = 5, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The flat path runs when torch has one thread (the learner's default)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the flat path needs one thread
 
 
 def make_batch(rng: np.random.Generator, n: int = 32, reward_scale: float = 4.0) -> dict:

@@ -23,13 +23,7 @@ from actorq.sparse.topology import SparseNetwork
 OBS, ACT, HIDDEN, BATCH = 3, 2, (64, 64), 32
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Small MLP updates: one thread is ~20x faster than two on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def batch(rng: np.random.Generator, size: int = BATCH) -> dict[str, np.ndarray]:
