@@ -215,7 +215,10 @@ class QuantizerSettings(CommonSettings):
     # Guarded broadcasts (actorq.guard): each version is measured against fp32 on recent
     # replay observations and layers fall back to float until it is within the threshold.
     guard: bool = False  # opt-in: see BENCHMARKS.md 16b (costs learner CPU, fires often)
-    guard_max_disagreement: float = 0.05  # Q-networks: share of probe obs, other argmax
+    guard_max_disagreement: float = 0.05  # Q-networks: limit of guard_discrete_measure
+    guard_discrete_measure: str = "regret"  # or "disagreement" (actorq.guard says why)
+    guard_gamma: float = 0.99  # the Q-network's discount, for regret (actorq run passes it)
+    guard_lag_scale: float = 1.0  # limit = max(threshold, this x one version's fp32 change)
     guard_max_action_diff: float = 0.05  # tanh policies: mean |a_q - a_fp32| / range
     guard_probe_size: int = 256  # observations per check
     guard_fallback: str = "fp16"  # first fallback precision of a layer (then fp32)

@@ -3,15 +3,23 @@
 For every version the quantizer runs the broadcast policy (built exactly as actors build
 it: blob -> verified decode -> inference module) and the fp32 policy on a probe batch of
 recent observations from replay, and measures how differently they act:
-- Q-networks (discrete actions): greedy-action disagreement (share of probe observations
-  whose argmax differs; the guarded measure) and the relative Q error
-  mean|q_q - q_fp32| / mean|q_fp32|;
+- Q-networks (discrete actions): regret, the share of return the quantized greedy
+  actions lose under the fp32 Q-values, mean_s (max_a q(s, a) - q(s, a_q)) / ((1 - gamma)
+  mean_s |max_a q(s, a)|) by the performance difference lemma (the guarded measure by
+  default), greedy-action disagreement (share of probe
+  observations whose argmax differs) and the relative Q error mean|q_q - q_fp32| /
+  mean|q_fp32|. Regret is disagreement weighted by how much each flip costs: DQN's
+  Q-values of two actions are often nearly tied (CartPole's most of all), and flipping a
+  near-tie costs nothing, yet counts fully as disagreement (BENCHMARKS.md 16b: int8 read
+  0.76 disagreement and fell back on nearly every version);
 - deterministic tanh policies (continuous): mean |a_q - a_fp32| / action range (2, actions
   live in [-1, 1]; the guarded measure), and the KL between the actors' Gaussian
   exploration distributions around the two actions, sum_d (a_q - a_fp32)^2 / (2 sigma^2)
   averaged over the probe (sigma = ACTORQ_NOISE_SIGMA's default 0.1), which is what a
   stochastic actor's behaviour gap is.
-Above the threshold it falls back per layer: layers are ranked by the divergence each
+The limit is the larger of a fixed threshold and how far the previous version's fp32
+policy acts from this one (the lag actors already live with; `lag_scale`). Above the
+limit it falls back per layer: layers are ranked by the divergence each
 causes alone (that layer quantized, the rest fp32) and the worst are stored as fp16 (then
 fp32) until the measure is under the threshold. Every fallback is counted and recorded
 in the version's metadata.
@@ -19,6 +27,7 @@ in the version's metadata.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +50,7 @@ log = logging.getLogger(__name__)
 
 ACTION_RANGE = 2.0  # continuous actions are in [-1, 1] (actorq.envs)
 FP32 = policy_pb2.PRECISION_FP32
+DISCRETE_MEASURES = ("regret", "disagreement")
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,13 @@ class GuardConfig:
     """ACTORQ_GUARD_* settings of the quantizer."""
 
     enabled: bool = True
-    max_disagreement: float = 0.05  # discrete: share of probe obs with another greedy action
+    max_disagreement: float = 0.05  # discrete: limit of discrete_measure (0..1)
+    discrete_measure: str = "regret"  # or "disagreement" (every greedy flip counts fully)
+    gamma: float = 0.99  # the Q-network's discount (regret scales with 1 / (1 - gamma))
+    # The limit is max(threshold, lag_scale x how far the previous fp32 version acts from
+    # this one): actors already act with a version or more of lag, so quantization may
+    # move the policy as far as one publish of learning does. 0 = the fixed threshold.
+    lag_scale: float = 1.0
     max_action_diff: float = 0.05  # continuous: mean |a_q - a_fp32| / action range
     probe_size: int = 256  # recent replay observations per check
     fallback: str = "fp16"  # first fallback precision of an offending layer (then fp32)
@@ -59,6 +75,15 @@ class GuardConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"guard {name}: expected 0..1, got {value}")
+        if self.discrete_measure not in DISCRETE_MEASURES:
+            raise ConfigError(
+                f"guard discrete_measure: expected one of {', '.join(DISCRETE_MEASURES)}, "
+                f"got {self.discrete_measure!r}"
+            )
+        if not 0.0 <= self.gamma < 1.0:
+            raise ConfigError(f"guard gamma: expected 0 <= gamma < 1, got {self.gamma}")
+        if self.lag_scale < 0:
+            raise ConfigError(f"guard lag_scale: expected >= 0, got {self.lag_scale}")
         if self.probe_size < 1:
             raise ConfigError(f"guard probe_size: expected >= 1, got {self.probe_size}")
         if self.fallback not in ("fp16", "fp32"):
@@ -71,15 +96,17 @@ class GuardConfig:
 class Divergence:
     """How differently a broadcast policy acts from fp32 on the probe."""
 
-    measure: str  # "disagreement" (discrete) or "action_diff" (continuous): the guarded one
+    measure: str  # the guarded one: "regret" or "disagreement" (discrete), "action_diff"
     value: float
     agreement: float | None = None  # discrete: 1 - disagreement
+    disagreement: float | None = None  # discrete, when regret is the guarded measure
+    regret: float | None = None  # discrete, when disagreement is the guarded measure
     q_error: float | None = None  # discrete: relative mean |dQ|
     kl: float | None = None  # continuous: Gaussian exploration KL
 
     def fields(self, prefix: str) -> dict[str, float]:
         out = {f"{prefix}{self.measure}": self.value}
-        for name in ("agreement", "q_error", "kl"):
+        for name in ("agreement", "disagreement", "regret", "q_error", "kl"):
             value = getattr(self, name)
             if value is not None:
                 out[f"{prefix}{name}"] = value
@@ -87,7 +114,12 @@ class Divergence:
 
 
 def divergence(
-    reference: np.ndarray, candidate: np.ndarray, continuous: bool, sigma: float = 0.1
+    reference: np.ndarray,
+    candidate: np.ndarray,
+    continuous: bool,
+    sigma: float = 0.1,
+    discrete_measure: str = "regret",
+    gamma: float = 0.99,
 ) -> Divergence:
     """Divergence of `candidate` outputs from `reference` (fp32) outputs, [B, outputs]."""
     if continuous:
@@ -97,7 +129,23 @@ def divergence(
     agree = float(np.mean(candidate.argmax(axis=1) == reference.argmax(axis=1)))
     scale = float(np.abs(reference).mean()) + 1e-8
     q_error = float(np.abs(candidate - reference).mean() / scale)
-    return Divergence("disagreement", 1.0 - agree, agreement=agree, q_error=q_error)
+    values = {"disagreement": 1.0 - agree, "regret": greedy_regret(reference, candidate, gamma)}
+    other = "regret" if discrete_measure == "disagreement" else "disagreement"
+    return Divergence(
+        discrete_measure, values[discrete_measure], agreement=agree, q_error=q_error,
+        **{other: values[other]},
+    )  # fmt: skip
+
+
+def greedy_regret(reference: np.ndarray, candidate: np.ndarray, gamma: float) -> float:
+    """The share of return lost by acting greedily on `candidate` instead of `reference`
+    (fp32) Q-values, estimated by the performance difference lemma: the loss is
+    E[max_a q(s, a) - q(s, a_q)] / (1 - gamma), and the return is about E[max_a q(s, a)].
+    0 when every flip is between tied actions; a flip costs what the fp32 Q says it does."""
+    best = reference.max(axis=1)
+    taken = np.take_along_axis(reference, candidate.argmax(axis=1)[:, None], axis=1)[:, 0]
+    value = float(np.abs(best).mean()) * (1.0 - gamma)
+    return float(np.mean(best - taken) / value) if value > 0 else 0.0
 
 
 @dataclass
@@ -108,7 +156,8 @@ class GuardResult:
     fallback_layers: dict[str, str] = field(default_factory=dict)  # weight -> fp16/fp32
     probe_source: str = "replay"  # or "synthetic" before any replay exists
     probe_size: int = 0
-    threshold: float = 0.0
+    threshold: float = 0.0  # the limit applied: max(fixed threshold, lag_scale x lag)
+    lag: Divergence | None = None  # the previous fp32 version against this one
 
     @property
     def within(self) -> bool:
@@ -118,6 +167,8 @@ class GuardResult:
         """Fields for the version's Redis metadata hash."""
         out = {k: repr(v) for k, v in self.after.fields("guard_").items()}
         out |= {k: repr(v) for k, v in self.before.fields("guard_before_").items()}
+        if self.lag is not None:
+            out |= {k: repr(v) for k, v in self.lag.fields("guard_lag_").items()}
         out["guard_threshold"] = repr(self.threshold)
         out["guard_fallback_layers"] = ",".join(f"{k}={v}" for k, v in self.fallback_layers.items())
         out["guard_probe"] = f"{self.probe_source}:{self.probe_size}"
@@ -160,6 +211,7 @@ class PolicyGuard:
         self.config = config
         self._probe = probe  # n -> recent observations [<= n, obs_dim], None when none
         self._fallback = parse_precision(config.fallback)
+        self._previous: tuple[MLPSpec, dict[str, np.ndarray]] | None = None  # fp32 weights
 
     def threshold(self, spec: MLPSpec) -> float:
         continuous = spec.output_activation == "tanh"
@@ -184,11 +236,17 @@ class PolicyGuard:
         """`encode(fallbacks)` re-encodes the same weights with some layers in float."""
         probe, source = self.probe_batch(spec)
         continuous = spec.output_activation == "tanh"
-        sigma = self.config.noise_sigma
+        measure = functools.partial(
+            divergence, continuous=continuous, sigma=self.config.noise_sigma,
+            discrete_measure=self.config.discrete_measure, gamma=self.config.gamma,
+        )  # fmt: skip
         reference = fp32_outputs(weights, spec, probe)
-        before = divergence(reference, _outputs(encoded, spec, probe), continuous, sigma)
+        before = measure(reference, _outputs(encoded, spec, probe))
+        lag = self._lag(weights, spec, probe, reference, measure)
         limit = self.threshold(spec)
-        result = GuardResult(encoded, before, before, {}, source, len(probe), limit)
+        if lag is not None:
+            limit = max(limit, self.config.lag_scale * lag.value)
+        result = GuardResult(encoded, before, before, {}, source, len(probe), limit, lag)
         if before.value <= limit or encoded.precision == FP32:
             return result
         ranked = self._ranked_layers(spec, probe, reference, encode)
@@ -199,13 +257,23 @@ class PolicyGuard:
             for name in ranked:
                 fallbacks[name] = precision
                 candidate = encode(fallbacks)
-                after = divergence(reference, _outputs(candidate, spec, probe), continuous, sigma)
+                after = measure(reference, _outputs(candidate, spec, probe))
                 result.encoded, result.after = candidate, after
                 if after.value <= limit:
                     result.fallback_layers = {k: precision_name(v) for k, v in fallbacks.items()}
                     return result
         result.fallback_layers = {k: precision_name(v) for k, v in fallbacks.items()}
         return result
+
+    def _lag(self, weights, spec, probe, reference, measure) -> Divergence | None:
+        """How far the previous version's fp32 policy acts from this one (then remembers
+        this one); None for the first version or after the network changed."""
+        previous, self._previous = self._previous, None
+        if self.config.lag_scale > 0:  # a copy: the caller's arrays may be reused
+            self._previous = (spec, {k: np.array(v, copy=True) for k, v in weights.items()})
+        if previous is None or previous[0] != spec:
+            return None
+        return measure(reference, fp32_outputs(previous[1], spec, probe))
 
     def _ranked_layers(self, spec, probe, reference, encode) -> list[str]:
         """Weight matrices, worst first: the divergence each causes when it alone is
@@ -263,8 +331,9 @@ class GuardStats:
         self.latest = result
         self.max_broadcast = max(self.max_broadcast, result.after.value)
         self.max_before = max(self.max_before, result.before.value)
-        for stage, d in (("before", result.before), ("broadcast", result.after)):
-            for name, value in d.fields("").items():
+        stages = (("before", result.before), ("broadcast", result.after), ("lag", result.lag))
+        for stage, d in stages:
+            for name, value in (d.fields("") if d is not None else {}).items():
                 metrics.QUANTIZER_GUARD_DIVERGENCE.labels(name, stage).set(value)
         metrics.QUANTIZER_GUARD_THRESHOLD.set(result.threshold)
         if result.fallback_layers:
@@ -297,4 +366,5 @@ class GuardStats:
             "guard_max_divergence_before": self.max_before,
             "guard_synthetic_probe": float(self.latest.probe_source == "synthetic"),
             **self.latest.after.fields("guard_latest_"),
+            **(self.latest.lag.fields("guard_latest_lag_") if self.latest.lag else {}),
         }

@@ -121,7 +121,7 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
     quantizer = ServiceProcess(
         "quantizer",
         "services.quantizer",
-        _common_env(redis_url, prefix, q_port, run_dir),
+        {**_common_env(redis_url, prefix, q_port, run_dir), **_guard_env(settings)},
         logs / "quantizer.log",
         q_port,
     )
@@ -242,6 +242,13 @@ def _sparse_env(settings: RunSettings) -> dict[str, str]:
         settings.sparsity_actor, settings.sparsity_critic, settings.algo, int(updates)
     )
     return {k: v for k, v in env.items() if k not in os.environ or k.startswith("ACTORQ_SPARSITY")}
+
+
+def _guard_env(settings: RunSettings) -> dict[str, str]:
+    """The guard's regret of a Q-network scales with 1 / (1 - gamma): give it DQN's."""
+    if settings.algo != "dqn" or "ACTORQ_GUARD_GAMMA" in os.environ:
+        return {}
+    return {"ACTORQ_GUARD_GAMMA": str(load_algorithm_config("dqn").gamma)}
 
 
 def _actor_replay_env(settings: RunSettings) -> dict[str, str]:

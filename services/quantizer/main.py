@@ -93,6 +93,9 @@ def _guard(settings: QuantizerSettings, client) -> PolicyGuard | None:
         return None
     config = GuardConfig(
         max_disagreement=settings.guard_max_disagreement,
+        discrete_measure=settings.guard_discrete_measure,
+        gamma=settings.guard_gamma,
+        lag_scale=settings.guard_lag_scale,
         max_action_diff=settings.guard_max_action_diff,
         probe_size=settings.guard_probe_size,
         fallback=settings.guard_fallback,
