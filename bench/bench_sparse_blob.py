@@ -4,10 +4,12 @@ decode/build/forward time of sparse layers: dense int8 after scatter vs torch sp
     .venv/bin/python bench/bench_sparse_blob.py [--versions 20] [--quick]
 
 Table 1: one policy at several sparsities (pruned entries exactly 0, as the learner
-publishes). Table 2: forward time of the hidden layers at 90% sparsity, the actor's
-dense int8 kernels (codes scattered back) vs torch's sparse CSR fp32 matmul. Table 3:
-delta sizes between consecutive versions of a real learner (bench/blob_versions.py)
-publishing every 50 updates, the default.
+publishes), with the position form the writer picked for the hidden layer. Table 1b: the
+hidden layer's positions in each of the three forms (bitmap, varint gaps, Rice gaps):
+bytes and decode time (`sparse_positions`). Table 2: forward time of the hidden layers at
+90% sparsity, the actor's dense int8 kernels (codes scattered back) vs torch's sparse
+CSR fp32 matmul. Table 3: delta sizes between consecutive versions of a real learner
+(bench/blob_versions.py) publishing every 50 updates, the default.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from actorq.quant import build_policy_module, decode_blob, encode_policy
 from actorq.quant.blob import dense_fp32_blob_bytes
 from actorq.quant.delta import apply_delta, make_delta
 from actorq.quant.policy_module import int8_layer
+from actorq.quant.rice import best_rice_k, encode_rice_gaps
+from actorq.quant.sparse import encode_bitmap, encode_varints, sparse_positions
 from actorq.v1 import policy_pb2
 
 INT8 = policy_pb2.PRECISION_INT8
@@ -56,16 +60,54 @@ def best_ms(fn, repeats: int) -> float:
 
 def sizes_table(spec: MLPSpec, repeats: int) -> None:
     print(f"\n1. bytes per full broadcast, MLP {spec.obs_dim}-{spec.hidden}-{spec.num_outputs}")
-    print(f"{'blob':>18} | {'bytes':>9} | {'/ dense fp32':>12} | {'decode+build ms':>15}")
+    head = ("blob", "bytes", "/ dense fp32", "positions", "decode+build ms")
+    print(f"{head[0]:>18} | {head[1]:>9} | {head[2]:>12} | {head[3]:>10} | {head[4]:>15}")
     for label, sparsity in [
         ("dense int8", 0.0),
-        *((f"{s:.0%} sparse int8", s) for s in (0.8, 0.9, 0.95, 0.98)),
+        *((f"{s:.0%} sparse int8", s) for s in SPARSITIES),
     ]:
         encoded = encode_policy(pruned(spec, sparsity), spec, INT8, 1, 0)
         ms = best_ms(lambda e=encoded: build_policy_module(decode_blob(e.envelope)), repeats)
         ratio = encoded.blob_bytes / dense_fp32_blob_bytes(encoded)
-        print(f"{label:>18} | {encoded.blob_bytes:>9,} | {ratio:>12.4f} | {ms:>15.2f}")
+        form = hidden_tensor(encoded.envelope).WhichOneof("positions") or "dense"
+        print(f"{label:>18} | {encoded.blob_bytes:>9,} | {ratio:>12.4f} | {form:>10} | {ms:>15.2f}")
     print(f"{'dense fp32':>18} | {dense_fp32_blob_bytes(encoded):>9,} | {1:>12.4f} |")
+
+
+SPARSITIES = (0.8, 0.9, 0.95, 0.98)
+
+
+def hidden_tensor(envelope: bytes) -> policy_pb2.Tensor:
+    """layers.2.weight, the [hidden, hidden] layer, as it travels."""
+    payload = policy_pb2.PolicyEnvelope.FromString(envelope).payload
+    return next(
+        t for t in policy_pb2.Policy.FromString(payload).tensors if t.name == "layers.2.weight"
+    )
+
+
+def positions_table(widths: list[int], repeats: int) -> None:
+    """The same layer's positions in each form: bytes and `sparse_positions` time."""
+    print("\n1b. positions of one hidden layer: bytes | decode ms (best of runs)")
+    forms = ("bitmap", "index_gaps", "rice_gaps")
+    print(f"{'layer':>11} | {'sparsity':>8} | " + " | ".join(f"{f:>18}" for f in forms))
+    for width, sparsity in ((w, s) for w in widths for s in SPARSITIES):
+        spec = MLPSpec(obs_dim=width, num_outputs=width, hidden=())
+        codes = decode_blob(encode_policy(pruned(spec, sparsity), spec, INT8, 1, 0).envelope)
+        flat = codes.tensors["layers.0.weight"].values.ravel()
+        gaps = np.diff(np.flatnonzero(flat), prepend=-1) - 1
+        tensor = policy_pb2.Tensor(name="w", data=flat[flat != 0].tobytes())
+        cells = []
+        for form, data in zip(
+            forms, (encode_bitmap(flat != 0), encode_varints(gaps), rice_bytes(gaps)), strict=True
+        ):
+            setattr(tensor, form, data)
+            ms = per_call_ms(lambda t=tensor, w=width: sparse_positions(t, (w, w)), repeats, 20)
+            cells.append(f"{len(data):>8,} | {ms:>7.3f}")
+        print(f"{width:>5}x{width:<5} | {sparsity:>8.0%} | " + " | ".join(cells))
+
+
+def rice_bytes(gaps: np.ndarray) -> bytes:
+    return encode_rice_gaps(gaps, best_rice_k(gaps))
 
 
 def per_call_ms(fn, repeats: int, calls: int = 200) -> float:
@@ -150,6 +192,7 @@ def main() -> None:
     sizes_table(MLPSpec(17, 6, (256, 256), output_activation="tanh"), repeats)
     if not args.quick:
         sizes_table(MLPSpec(17, 6, (1024, 1024), output_activation="tanh"), repeats)
+    positions_table([256] if args.quick else [256, 1024], repeats)
     kernels_table([256] if args.quick else [256, 1024], repeats)
     versions = 4 if args.quick else args.versions
     cases = [("Pendulum-v1", "td3", (64, 64)), ("CartPole-v1", "dqn", (64, 64))]

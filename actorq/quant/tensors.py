@@ -173,7 +173,7 @@ def decode_tensor(
     if tuple(tensor.shape) != shape:
         raise BlobError(f"tensor {name!r} has shape {tuple(tensor.shape)}, spec says {shape}")
     if tensor.dtype != SPARSE_INT8 and tensor.WhichOneof("positions") is not None:
-        raise BlobError(f"dense tensor {name!r} must not carry a bitmap or index_gaps")
+        raise BlobError(f"dense tensor {name!r} must not carry positions (bitmap or gaps)")
     return _DECODERS[tensor.dtype](tensor, shape)
 
 

@@ -77,7 +77,7 @@ class ConvLayer(_message.Message):
     def __init__(self, out_channels: _Optional[int] = ..., kernel: _Optional[int] = ..., stride: _Optional[int] = ...) -> None: ...
 
 class Tensor(_message.Message):
-    __slots__ = ("name", "shape", "dtype", "data", "scales", "zero_points", "axis", "bitmap", "index_gaps")
+    __slots__ = ("name", "shape", "dtype", "data", "scales", "zero_points", "axis", "bitmap", "index_gaps", "rice_gaps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,7 @@ class Tensor(_message.Message):
     AXIS_FIELD_NUMBER: _ClassVar[int]
     BITMAP_FIELD_NUMBER: _ClassVar[int]
     INDEX_GAPS_FIELD_NUMBER: _ClassVar[int]
+    RICE_GAPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     dtype: DType
@@ -96,7 +97,8 @@ class Tensor(_message.Message):
     axis: int
     bitmap: bytes
     index_gaps: bytes
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ..., data: _Optional[bytes] = ..., scales: _Optional[_Iterable[float]] = ..., zero_points: _Optional[_Iterable[int]] = ..., axis: _Optional[int] = ..., bitmap: _Optional[bytes] = ..., index_gaps: _Optional[bytes] = ...) -> None: ...
+    rice_gaps: bytes
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[_Union[DType, str]] = ..., data: _Optional[bytes] = ..., scales: _Optional[_Iterable[float]] = ..., zero_points: _Optional[_Iterable[int]] = ..., axis: _Optional[int] = ..., bitmap: _Optional[bytes] = ..., index_gaps: _Optional[bytes] = ..., rice_gaps: _Optional[bytes] = ...) -> None: ...
 
 class Policy(_message.Message):
     __slots__ = ("version", "learner_step", "precision", "spec", "tensors", "created_unix_ms", "fp32_equivalent_bytes")
