@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+# Compression of uint8 observations in trajectory segments and pixel replay batches.
+from actorq.obs_codec import CODECS as OBS_CODECS
+
 ENV_PREFIX = "ACTORQ_"
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 ALGORITHMS = (
@@ -29,7 +32,6 @@ ALGORITHMS = (
     "appo",
     "a2c",
 )  # = actorq.algos.ALGORITHMS
-OBS_CODECS = ("none", "zstd")  # compression of observations in trajectory segments
 # ACTORQ_ACTOR_INDEX=-1: replicas started from one template (compose --scale, a k8s
 # Deployment) claim distinct indices from a Redis counter (actorq.actor.identity).
 AUTO_ACTOR_INDEX = -1
@@ -263,7 +265,7 @@ class ActorSettings(CommonSettings):
     # with behaviour log-probs instead of replay transitions.
     unroll_length: int = 0
     onpolicy_queue_segments: int = 4  # wait while the learner is this many segments behind
-    obs_codec: str = "none"  # "zstd" compresses segment observations (pixels)
+    obs_codec: str = "none"  # "zstd" compresses uint8 pixel observations (segments, replay)
 
     @property
     def instance_id(self) -> str:

@@ -209,7 +209,8 @@ def _unknown_id_message(env_id: str) -> str:
     return f"unknown env id {env_id!r}{hint}; expected one of: {'; '.join(FAMILIES)}"
 
 
-def _is_pixel_space(space: spaces.Space) -> bool:
+def is_pixel_space(space: spaces.Space) -> bool:
+    """uint8 [C, H, W] observations (minatar:, ale:): kept uint8 from env to replay."""
     return isinstance(space, spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8
 
 
@@ -217,7 +218,7 @@ def _info_from_spaces(
     env_id: str, obs_space: spaces.Space, act_space: spaces.Space, continuous: bool
 ) -> EnvInfo:
     who = "continuous-control algorithms need" if continuous else "DQN needs"
-    if _is_pixel_space(obs_space) and not continuous and isinstance(act_space, spaces.Discrete):
+    if is_pixel_space(obs_space) and not continuous and isinstance(act_space, spaces.Discrete):
         shape = tuple(int(d) for d in obs_space.shape)
         return EnvInfo(env_id, int(np.prod(shape)), int(act_space.n), obs_shape=shape)
     if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:

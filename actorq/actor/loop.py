@@ -51,10 +51,10 @@ class _PendingTransitions:
         obs, action, reward, next_obs, done = columns[:5]
         continuous = action.ndim == 2
         return TransitionBatch(
-            obs=obs.astype(np.float32, copy=False),
+            obs=_obs_column(obs),
             action=action.astype(np.float32 if continuous else np.int64, copy=False),
             reward=reward.astype(np.float32, copy=False),
-            next_obs=next_obs.astype(np.float32, copy=False),
+            next_obs=_obs_column(next_obs),
             done=done.astype(bool, copy=False),
             actor_id=actor_id,
             policy_version=version,
@@ -65,6 +65,11 @@ class _PendingTransitions:
     def clear(self) -> None:
         self.parts.clear()
         self.count = 0
+
+
+def _obs_column(obs: np.ndarray) -> np.ndarray:
+    """uint8 pixels as they are (replay format "3"), anything else as float32."""
+    return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
 
 
 def env_epsilons(settings: ActorSettings) -> np.ndarray:
@@ -160,6 +165,7 @@ class Actor(_EnvWorker):
             self.client,
             self.keys,
             maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1),
+            obs_codec=settings.obs_codec,
         )
         self.pending = _PendingTransitions()
         self.inserted = 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from actorq.envs import next_obs_for_replay
+from actorq.envs import is_pixel_space, next_obs_for_replay
 
 
 @dataclass
@@ -35,15 +35,19 @@ class VectorStepper:
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self.next_step_mode = AutoresetMode(mode) == AutoresetMode.NEXT_STEP
         self._resetting = np.zeros(env.num_envs, dtype=bool)
+        # Pixels stay uint8 (CNN policies and pixel replay take them so, at a quarter of
+        # float32's bytes); flat observations become float32.
+        pixels = is_pixel_space(env.single_observation_space)
+        self.obs_dtype = np.uint8 if pixels else np.float32
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, _ = self.env.reset(seed=seed)
         self._resetting[:] = False
-        return np.asarray(obs, dtype=np.float32)
+        return np.asarray(obs, dtype=self.obs_dtype)
 
     def step(self, actions: np.ndarray) -> VectorStep:
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        obs = np.asarray(obs, dtype=np.float32)
+        obs = np.asarray(obs, dtype=self.obs_dtype)
         ended = np.logical_or(terminated, truncated)
         if self.next_step_mode:
             valid = ~self._resetting

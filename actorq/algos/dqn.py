@@ -18,6 +18,7 @@ from torch import nn
 
 from actorq.algos.dqn_flat import FlatDQNUpdate, multi_step
 from actorq.algos.optim import FastAdam, clip_grad_norm
+from actorq.models.cnn import CNNSpec, build_network
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.models.mlp_grad import (
     backward_into,
@@ -30,6 +31,8 @@ from actorq.models.mlp_grad import forward as mlp_forward
 BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
 # Optional: "steps", the n-step length of each transition (actorq.actor.nstep); the target
 # then bootstraps with gamma ** steps. Absent (or all 1) = one-step DQN.
+# Every other key becomes float32: pixel replay keeps uint8 [C, H, W] observations and
+# they turn into floats here, per sampled batch, not in the replay memory.
 _DTYPES = {"action": torch.int64}
 
 
@@ -123,16 +126,23 @@ class DQNUpdate:
 
 
 class DQNLearner:
-    """Owns the online/target Q-networks and the optimizer; one `update` per batch."""
+    """Owns the online/target Q-networks and the optimizer; one `update` per batch.
+
+    `spec` an MLPSpec (flat observations) or a CNNSpec (pixel envs: the zoo's CNN as the
+    Q-network, broadcast through the same CNN blob path as PPO's policy)."""
 
     def __init__(
         self,
-        spec: MLPSpec,
+        spec: MLPSpec | CNNSpec,
         config: DQNConfig,
         device: str = "cpu",
         seed: int = 0,
         fast: bool = True,
     ) -> None:
+        pixels = isinstance(spec, CNNSpec)
+        if pixels and config.qat_bits:
+            raise ValueError("DQNConfig.qat_bits: quantization-aware training covers MLP "
+                             "Q-networks only, not the CNN of pixel envs")  # fmt: skip
         self.spec = spec
         self.policy_spec = spec  # the Q-network is the policy actors run
         self.config = config
@@ -140,8 +150,9 @@ class DQNLearner:
         # Seed a private RNG fork so building a learner never disturbs the caller's torch RNG.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.online = QNetwork(spec, weight_bits=config.qat_bits or None).to(self.device)
-        self.target = QNetwork(spec).to(self.device)
+            online = build_network(spec) if pixels else QNetwork(spec, config.qat_bits or None)
+            self.online = online.to(self.device)
+        self.target = build_network(spec).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
         # The fused kernel is ~3x faster than the per-tensor loop for small MLPs on CPU;
@@ -159,9 +170,11 @@ class DQNLearner:
         )
         self._params = list(self.online.parameters())
         # Hand-written backward for plain MLPs: same gradients, a fraction of the op count.
-        self._layers = linear_layers(self.online)
-        self._target_layers = linear_layers(self.target)
-        self._manual_grad = fast and supports_manual_grad(self.online)
+        # It and the numpy update below (dqn_flat) write out MLP maths only, so a CNN
+        # Q-network is sent down torch's autograd path here, explicitly.
+        self._layers = [] if pixels else linear_layers(self.online)
+        self._target_layers = [] if pixels else linear_layers(self.target)
+        self._manual_grad = fast and not pixels and supports_manual_grad(self.online)
         # The whole update in numpy on flat buffers (dqn_flat): ~3x fewer microseconds
         # than the torch ops above at CartPole's sizes; None where it does not apply.
         self._flat = FlatDQNUpdate.build(self) if self._manual_grad and config.flat else None
@@ -277,7 +290,7 @@ class DQNLearner:
         discount = self.config.gamma if steps is None else self.config.gamma**steps
         return reward + discount * (1.0 - done) * next_q
 
-    def _q(self, net: QNetwork, layers: list[nn.Linear], obs: torch.Tensor) -> torch.Tensor:
+    def _q(self, net: nn.Module, layers: list[nn.Linear], obs: torch.Tensor) -> torch.Tensor:
         # Functional forward skips nn.Module call overhead; same ops, same values.
         return mlp_forward(layers, obs) if self._manual_grad else net(obs)
 

@@ -29,6 +29,8 @@ _REGISTRY: dict[str, tuple[type, type]] = {
 ALGORITHMS: tuple[str, ...] = tuple(_REGISTRY)
 CONTINUOUS_ALGORITHMS: tuple[str, ...] = ("ddpg", "td3", "sac", "d4pg")
 ON_POLICY_ALGORITHMS: tuple[str, ...] = ("ppo", "appo", "a2c")
+PIXEL_ALGORITHMS: tuple[str, ...] = ("dqn", *ON_POLICY_ALGORITHMS)
+"""Algorithms with a CNN policy for pixel envs (DQN through pixel replay, format "3")."""
 
 
 def _check_name(name: str) -> None:
@@ -73,19 +75,26 @@ def config_from_dict(name: str, values: Mapping[str, Any]) -> Any:
 
 def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...], config: Any = None) -> MLPSpec:
     """The network actors run for `algo` on `env_id`: a Q-network (DQN) or a tanh actor,
-    with input normalisation when `config` (the algorithm's config) has obs_norm set.
+    with input normalisation when `config` (the algorithm's config) has obs_norm set; the
+    zoo's CNN (actorq.models.cnn) on pixel envs for PIXEL_ALGORITHMS.
 
-    Raises EnvError when the env is unknown or its action space does not fit the algorithm.
+    Raises EnvError when the env is unknown or its spaces do not fit the algorithm.
     """
     from actorq.envs import EnvError, describe_env
+    from actorq.pixel_envs import is_pixel_id
 
-    info = describe_env(env_id, continuous=is_continuous(algo))
+    # Pixel envs are described as they are (discrete), so that an algorithm without a CNN
+    # policy gets the pixel message below rather than one about Box spaces.
+    info = describe_env(env_id, continuous=None if is_pixel_id(env_id) else is_continuous(algo))
     if info.pixels:  # minatar:, ale: -> the zoo's CNN (actorq.models.cnn)
-        if not is_on_policy(algo):
+        if algo not in PIXEL_ALGORITHMS:
             raise EnvError(
-                f"{env_id!r} has pixel observations; CNN policies run with --algo ppo, appo "
-                f"or a2c so far (the replay path of {algo} stores flat float32 observations)"
+                f"{env_id!r} has pixel observations and discrete actions; {algo} has no CNN "
+                f"policy (pixel envs run with --algo {', '.join(PIXEL_ALGORITHMS)})"
             )
+        if getattr(config, "qat_bits", 0):
+            raise EnvError(f"{env_id!r}: quantization-aware training (--qat-bits) covers MLP "
+                           "policies only, not the CNN of pixel envs")  # fmt: skip
         from actorq.models.cnn import cnn_spec_for
 
         return cnn_spec_for(info.obs_shape, info.num_actions)  # type: ignore[return-value]
@@ -111,7 +120,7 @@ def make_algorithm(
     `config` defaults to the algorithm's config with its defaults; a config of another
     algorithm is refused. `fast=False` builds the plain torch update path (torch.optim.Adam
     and clip_grad_norm_), the reference the fast path is tested and benchmarked against.
-    `spec` (on-policy algorithms only) replaces the MLP: a CNNSpec for pixel envs.
+    `spec` (DQN and on-policy algorithms) replaces the MLP: a CNNSpec for pixel envs.
     """
     _check_name(name)
     config_cls, learner_cls = _REGISTRY[name]
@@ -119,7 +128,8 @@ def make_algorithm(
     if type(config) is not config_cls:
         raise TypeError(f"{name} needs a {config_cls.__name__}, got {type(config).__name__}")
     if name == "dqn":
-        return learner_cls(MLPSpec(obs_dim, num_outputs, hidden), config, device, seed, fast)
+        spec = spec or MLPSpec(obs_dim, num_outputs, hidden)
+        return learner_cls(spec, config, device, seed, fast)
     if name in ON_POLICY_ALGORITHMS:  # their own update path; a CNNSpec for pixel envs
         extra = {} if spec is None else {"spec": spec}
         return learner_cls(obs_dim, num_outputs, hidden, config, device, seed, **extra)

@@ -198,7 +198,7 @@ def _actor(
         "ACTORQ_MAX_ENV_STEPS": str(budget),
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
         **_actor_replay_env(settings),
-        **({} if evaluator else _onpolicy_actor_env(settings)),
+        **({} if evaluator else {**_onpolicy_actor_env(settings), **_obs_codec_env(settings)}),
     }
     # On one machine the learner is the critical path: actors and the evaluator get a lower
     # priority so that they use spare CPU rather than share the learner's core.
@@ -219,14 +219,18 @@ def _onpolicy_actor_env(settings: RunSettings) -> dict[str, str]:
     if not is_on_policy(settings.algo):
         return {}
     config = load_algorithm_config(settings.algo)
-    from actorq.envs import describe_env
-
-    pixels = describe_env(settings.env).pixels
     return {
-        "ACTORQ_OBS_CODEC": "zstd" if pixels else "none",  # uint8 frames compress well
         "ACTORQ_UNROLL_LENGTH": str(settings.unroll),
         "ACTORQ_ONPOLICY_QUEUE_SEGMENTS": str(config.segments_per_update),
     }
+
+
+def _obs_codec_env(settings: RunSettings) -> dict[str, str]:
+    """uint8 frames compress well: actors send them zstd-compressed, in trajectory
+    segments and in pixel replay batches (format "3") alike."""
+    from actorq.pixel_envs import is_pixel_id
+
+    return {"ACTORQ_OBS_CODEC": "zstd" if is_pixel_id(settings.env) else "none"}
 
 
 def _sparse_env(settings: RunSettings) -> dict[str, str]:
@@ -299,7 +303,8 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     """
     started = time.perf_counter()  # wall_seconds counts from here, start-up included
     # Unknown env or wrong action kind for the algorithm: clear error before anything starts.
-    config = load_algorithm_config(settings.algo)  # bad ACTORQ_<ALGO>_* values: same
+    # bad ACTORQ_<ALGO>_* values: same; the config is the one the learner will load
+    config = load_algorithm_config(settings.algo, {**os.environ, **_qat_env(settings)})
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
     password = None  # the embedded Redis has none; an external one may (a mounted file)

@@ -34,6 +34,7 @@ from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.learner.rlx2 import RLx2Learning
 from actorq.learner.settle import SolvedWatch, credit_per_update
 from actorq.models import MLPSpec
+from actorq.models.cnn import CNNSpec
 from actorq.redis_keys import RedisKeys
 from actorq.replay import (
     RedisReplayReader,
@@ -72,7 +73,7 @@ class Learner:
         self,
         settings: LearnerSettings,
         dqn_config: DQNConfig,
-        spec: MLPSpec,
+        spec: MLPSpec | CNNSpec,
         client: redis.Redis,
         keys: RedisKeys,
         publisher: WeightsPublisher | None,
@@ -101,6 +102,7 @@ class Learner:
             dqn_config,
             device=settings.device,
             seed=settings.seed,
+            spec=spec,
         )
         if self.dqn.policy_spec != spec:  # what is published must be what the algorithm fills
             raise ConfigError(
@@ -113,7 +115,13 @@ class Learner:
             spec.obs_dim,
             act_dim,
             link_trajectories=RLx2Learning.links_trajectories(rlx2),
+            obs_shape=spec.obs_shape if isinstance(spec, CNNSpec) else (),  # uint8 pixels
         )
+        log.info(
+            "replay mirror: %d rows, %s observations, %.1f MiB preallocated",
+            settings.replay_capacity, "uint8 pixel" if isinstance(spec, CNNSpec) else "float32",
+            self.storage.nbytes / 2**20,
+        )  # fmt: skip
         # RLx2 (sparse networks, delayed n-step, dynamic replay; FLOPs for every run).
         self.rlx2 = (
             RLx2Learning(rlx2, self.dqn, settings, self.storage) if act_dim or rlx2.active else None

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from actorq.obs_codec import CODECS, CodecError, check_codec, compress, decompress
+
 FORMAT = b"seg1"
 OBS_DTYPES = {"float32": np.dtype("<f4"), "uint8": np.dtype("u1")}
-CODECS = ("none", "zstd")
 _OBS_FIELDS = ("obs", "last_obs", "trunc_obs")
 
 
@@ -64,29 +65,9 @@ _ARRAY_DTYPES = {
 }
 
 
-def _compress(data: bytes, codec: str) -> bytes:
-    if codec == "none":
-        return data
-    import zstandard
-
-    return zstandard.ZstdCompressor(level=1).compress(data)
-
-
-def _decompress(data: bytes, codec: str, size: int) -> bytes:
-    if codec == "none":
-        return data
-    import zstandard
-
-    try:
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
-    except zstandard.ZstdError as err:
-        raise SegmentDecodeError(f"obs data does not decompress with {codec}: {err}") from err
-
-
 def encode_segment(seg: TrajectorySegment, codec: str = "none") -> dict[bytes, bytes]:
     """Stream fields of one segment; `codec` compresses the observation arrays."""
-    if codec not in CODECS:
-        raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+    check_codec(codec)
     obs_dtype = next((n for n, d in OBS_DTYPES.items() if seg.obs.dtype == d), None)
     if obs_dtype is None:
         raise ValueError(f"obs dtype must be one of {list(OBS_DTYPES)}, got {seg.obs.dtype}")
@@ -105,7 +86,7 @@ def encode_segment(seg: TrajectorySegment, codec: str = "none") -> dict[bytes, b
     for name, dtype in _ARRAY_DTYPES.items():
         value = np.ascontiguousarray(getattr(seg, name), dtype=dtype or OBS_DTYPES[obs_dtype])
         data = value.tobytes()
-        fields[name.encode()] = _compress(data, codec) if name in _OBS_FIELDS else data
+        fields[name.encode()] = compress(data, codec) if name in _OBS_FIELDS else data
     return fields
 
 
@@ -139,7 +120,10 @@ def decode_segment(fields: dict[bytes, bytes]) -> TrajectorySegment:
         if data is None:
             raise SegmentDecodeError(f"segment has no {name!r} field")
         if name in _OBS_FIELDS:
-            data = _decompress(data, codec, size)
+            try:
+                data = decompress(data, codec, size)
+            except CodecError as err:
+                raise SegmentDecodeError(f"segment field {name!r}: {err}") from err
         if len(data) != size:
             raise SegmentDecodeError(f"segment field {name!r} has {len(data)} bytes, needs {size}")
         arrays[name] = np.frombuffer(data, dtype=dtype).reshape(shape)

@@ -13,8 +13,8 @@ import logging
 
 import redis
 
+from actorq.obs_codec import check_codec
 from actorq.onpolicy.segments import (
-    CODECS,
     SegmentDecodeError,
     TrajectorySegment,
     decode_segment,
@@ -27,8 +27,7 @@ log = logging.getLogger(__name__)
 class SegmentWriter:
     def __init__(self, client: redis.Redis, keys: RedisKeys, codec: str = "none",
                  maxlen: int = 10_000) -> None:  # fmt: skip
-        if codec not in CODECS:
-            raise ValueError(f"obs codec must be one of {CODECS}, got {codec!r}")
+        check_codec(codec)
         self.client, self.keys, self.codec, self.maxlen = client, keys, codec, maxlen
 
     def write_fields(self, fields: dict[bytes, bytes], steps: int) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 
+from actorq.obs_codec import check_codec
 from actorq.redis_keys import RedisKeys
 from actorq.replay.batch import ReplayDecodeError, TransitionBatch, decode_batch, encode_batch
 from actorq.replay.sampler import Sampler
@@ -32,12 +33,17 @@ Entry = tuple[bytes, dict[bytes, bytes]]
 class RedisReplayWriter:
     """Appends transition batches to the replay stream (used by actors)."""
 
-    def __init__(self, client: redis.Redis, keys: RedisKeys, maxlen_entries: int) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: RedisKeys, maxlen_entries: int, obs_codec: str = "none"
+    ) -> None:
+        """`obs_codec` compresses pixel observations (replay format "3"; actorq.obs_codec)."""
         if maxlen_entries < 1:
             raise ValueError(f"maxlen_entries must be >= 1, got {maxlen_entries}")
+        check_codec(obs_codec)
         self._client = client
         self._keys = keys
         self.maxlen_entries = maxlen_entries
+        self.obs_codec = obs_codec
 
     def write(self, batch: TransitionBatch) -> int:
         """Write one batch in one round trip; return its size once Redis acknowledged it."""
@@ -61,7 +67,7 @@ class RedisReplayWriter:
         return sum(len(b) for b in batches)
 
     def _queue(self, pipe: redis.client.Pipeline, batch: TransitionBatch) -> None:
-        fields: Any = encode_batch(batch)
+        fields: Any = encode_batch(batch, self.obs_codec)
         pipe.xadd(self._keys.replay_stream, fields, maxlen=self.maxlen_entries, approximate=True)
         pipe.incrby(self._keys.inserted_counter, len(batch))
 
@@ -165,6 +171,10 @@ class RedisReplayReader:
         if batch.obs_dim != self.storage.obs_dim:
             msg = f"obs_dim {batch.obs_dim} != storage obs_dim {self.storage.obs_dim}"
             self._reject(entry_id, "obs_dim_mismatch", msg)
+            return 0
+        if (batch.obs.dtype, batch.obs_shape) != self.storage.obs_layout:  # pixels vs flat
+            msg = f"obs {batch.obs.dtype} {batch.obs_shape} != storage's {self.storage.obs_layout}"
+            self._reject(entry_id, "obs_shape_mismatch", msg)
             return 0
         if batch.act_dim != self.storage.act_dim:  # continuous vs discrete, or another env
             msg = f"act_dim {batch.act_dim} != storage act_dim {self.storage.act_dim}"

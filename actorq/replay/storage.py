@@ -6,6 +6,7 @@ stores; which rows to read is the sampler's job (TorchRL's split).
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -24,30 +25,40 @@ class ReplayStorage:
     """
 
     def __init__(
-        self, capacity: int, obs_dim: int, act_dim: int = 0, link_trajectories: bool = False
+        self,
+        capacity: int,
+        obs_dim: int,
+        act_dim: int = 0,
+        link_trajectories: bool = False,
+        obs_shape: tuple[int, ...] = (),
     ) -> None:
         """`act_dim` 0: discrete int64 actions; >= 1: continuous float32 [act_dim] actions
         plus a `steps` column (n-step lengths, 1 unless the batch says otherwise).
 
         `link_trajectories` (continuous only): find each row's successor at insert time,
-        for `get_nstep` (RLx2's delayed multi-step target, actorq.replay.trajectories)."""
+        for `get_nstep` (RLx2's delayed multi-step target, actorq.replay.trajectories).
+
+        `obs_shape` (C, H, W) (pixel envs, discrete actions): obs and next_obs are kept as
+        uint8 [C, H, W] as the actors saw them, 4x less memory than float32; the learner
+        converts sampled batches to float (actorq.algos.dqn). () = flat float32 obs."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if obs_dim < 1:
-            raise ValueError(f"obs_dim must be >= 1, got {obs_dim}")
-        if act_dim < 0:
-            raise ValueError(f"act_dim must be >= 0, got {act_dim}")
+        if obs_dim < 1 or (obs_shape and math.prod(obs_shape) != obs_dim):
+            raise ValueError(f"obs_dim must be >= 1 and prod(obs_shape), got {obs_dim}")
+        if act_dim < 0 or (act_dim and obs_shape):
+            raise ValueError(f"act_dim must be >= 0 (0 with pixel obs), got {act_dim}")
         self.capacity = capacity
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         action = (
             np.zeros((capacity, act_dim), np.float32) if act_dim else np.zeros(capacity, np.int64)
         )
+        row, dtype = (tuple(obs_shape), np.uint8) if obs_shape else ((obs_dim,), np.float32)
         self._cols: dict[str, np.ndarray] = {
-            "obs": np.zeros((capacity, obs_dim), np.float32),
+            "obs": np.zeros((capacity, *row), dtype),
             "action": action,
             "reward": np.zeros(capacity, np.float32),
-            "next_obs": np.zeros((capacity, obs_dim), np.float32),
+            "next_obs": np.zeros((capacity, *row), dtype),
             "done": np.zeros(capacity, np.bool_),
             "policy_version": np.zeros(capacity, np.int64),
         }
@@ -59,6 +70,17 @@ class ReplayStorage:
 
     def __len__(self) -> int:
         return self._total - self.oldest_seq
+
+    @property
+    def obs_layout(self) -> tuple[np.dtype, tuple[int, ...]]:
+        """(dtype, shape) of one stored observation: float32 (obs_dim,) or uint8 (C, H, W)."""
+        col = self._cols["obs"]
+        return col.dtype, col.shape[1:]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated columns (what capacity costs in memory)."""
+        return sum(col.nbytes for col in self._cols.values())
 
     @property
     def oldest_seq(self) -> int:
@@ -100,6 +122,9 @@ class ReplayStorage:
         """
         if batch.obs_dim != self.obs_dim:
             raise ValueError(f"batch obs_dim {batch.obs_dim} != storage obs_dim {self.obs_dim}")
+        if (batch.obs.dtype, batch.obs_shape) != self.obs_layout:
+            raise ValueError(f"batch obs {batch.obs.dtype} {batch.obs_shape} != storage's "
+                             f"{self.obs_layout}")  # fmt: skip
         if batch.act_dim != self.act_dim:
             raise ValueError(f"batch act_dim {batch.act_dim} != storage act_dim {self.act_dim}")
         n = len(batch)

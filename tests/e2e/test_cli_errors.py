@@ -36,6 +36,8 @@ def _run(
         (["--max-env-steps", "-5"], "--max-env-steps"),
         (["--algo", "td3", "--env", "Pendulum-v1", "--sparsity", "1.0"], "--sparsity"),
         (["--sparsity", "0.9"], "--algo dqn"),  # DQN has no sparse training
+        (["--algo", "td3", "--env", "minatar:breakout"], "td3 has no CNN policy"),
+        (["--env", "minatar:breakout", "--qat-bits", "4"], "--qat-bits"),
         (
             ["--algo", "sac", "--env", "Pendulum-v1", "--sparsity", "0.9", "--learners", "2"],
             "--learners 2",

@@ -14,20 +14,25 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_ppo_int8_actors_learn_cartpole(tmp_path: Path) -> None:
-    run_dir = tmp_path / "cartpole-ppo"
-    args = ["--algo", "ppo", "--env", "CartPole-v1", "--actors", "2", "--precision", "int8"]
-    args += ["--target-return", "400", "--max-env-steps", "200000", "--seed", "1"]
+def run_summary(run_dir: Path, args: list[str], timeout: float) -> dict:
+    """`actorq run ARGS` into run_dir; its summary.json once it exited 0."""
     proc = subprocess.run(
         [sys.executable, "-m", "actorq", "run", *args, "--run-dir", str(run_dir)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_ppo_int8_actors_learn_cartpole(tmp_path: Path) -> None:
+    run_dir = tmp_path / "cartpole-ppo"
+    args = ["--algo", "ppo", "--env", "CartPole-v1", "--actors", "2", "--precision", "int8"]
+    args += ["--target-return", "400", "--max-env-steps", "200000", "--seed", "1"]
+    summary = run_summary(run_dir, args, timeout=600)
     assert summary["algo"] == "ppo" and summary["precision"] == "int8"
     assert summary["solved"] is True, summary  # evaluator's 100-episode mean >= 400
     assert summary["final_mean_return"] >= 400

@@ -210,9 +210,10 @@ def test_cnn_learner_updates_on_uint8_pixel_batches() -> None:
     assert set(weights) == set(spec.weight_shapes())
 
 
-def test_pixel_envs_refuse_replay_algorithms_clearly() -> None:
+def test_pixel_envs_refuse_algorithms_without_a_cnn_clearly() -> None:
     from actorq.algos.factory import policy_spec
     from actorq.envs import EnvError
 
-    with pytest.raises(EnvError, match="pixel observations; CNN policies run with --algo ppo"):
-        policy_spec("minatar:breakout", "dqn", (64,))
+    for algo in ("td3", "sac"):
+        with pytest.raises(EnvError, match=f"pixel observations.*; {algo} has no CNN policy"):
+            policy_spec("minatar:breakout", algo, (64,))

@@ -31,7 +31,12 @@ def _checkpoint(tmp_path: Path, algo: str, env_id: str, with_algo_meta: bool = T
 
 @pytest.mark.parametrize(
     ("algo", "env_id"),
-    [("dqn", "CartPole-v1"), ("td3", "Pendulum-v1"), ("ppo", "minatar:breakout")],
+    [
+        ("dqn", "CartPole-v1"),
+        ("td3", "Pendulum-v1"),
+        ("ppo", "minatar:breakout"),
+        ("dqn", "minatar:breakout"),  # the CNN Q-network
+    ],
 )
 def test_study_writes_table_and_plot(tmp_path: Path, algo: str, env_id: str, capsys) -> None:
     run = _checkpoint(tmp_path, algo, env_id)

@@ -126,8 +126,9 @@ def test_empty_batch_rejected() -> None:
         make_batch(n=0)
 
 
-def corrupt(**changes: bytes | None) -> dict[str, bytes]:
-    fields = encode_batch(make_batch())
+def corrupt(fields: dict[str, bytes] | None = None, /, **changes: bytes | None) -> dict:
+    """`fields` (default: an encoded make_batch()) with fields replaced (None: deleted)."""
+    fields = encode_batch(make_batch()) if fields is None else fields
     for name, value in changes.items():
         if value is None:
             del fields[name]
@@ -159,7 +160,8 @@ GOOD = encode_batch(make_batch())
         (corrupt(n=b"9" * 40), "bad_header"),
         (corrupt(version=b"x"), "bad_header"),
         (corrupt(version=b"99999999999999999999"[:19]), "invalid_batch"),
-        (corrupt(v=b"3"), "unsupported_version"),
+        (corrupt(v=b"4"), "unsupported_version"),
+        (corrupt(v=b"3"), "missing_field"),  # a flat entry labelled pixels: no obs_shape
         (corrupt(done=b"\x00\x01\x02\x00"), "bad_value"),
         (corrupt(reward=np.array([1, np.nan, 0, 0], "<f4").tobytes()), "invalid_batch"),
         (corrupt(precision=b"int3"), "invalid_batch"),
