@@ -69,7 +69,9 @@ def serve_onpolicy(settings: LearnerSettings, config) -> int:
         max_workers=4,
         tls=tls,
     )
-    metrics_port = metrics.serve_metrics(settings.bind_host, settings.metrics_port)
+    metrics_port = metrics.serve_metrics(
+        settings.bind_host, settings.metrics_port, service="learner"
+    )
     server.start()
     trainer.restore()
     log.info(

@@ -24,6 +24,9 @@ EMPTY_IN_A_HEALTHY_DQN_RUN = (
     "actorq_learner_policy_inference_flops",
     # The divergence guard is opt-in (ACTORQ_GUARD=true): off, it measures nothing.
     "actorq_quantizer_guard_divergence_ratio",
+    "actorq_quantizer_guard_fallback_layers_total",  # labelled by layer: none until one
+    "actorq_learner_policy_entropy",  # on-policy learners only
+    "actorq_actor_connection_errors_total",  # labelled by peer: none while healthy
 )
 
 
