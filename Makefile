@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -83,6 +83,9 @@ bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path
 
 bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, forked vs spawned services (BENCHMARKS.md 12)
 	$(PY) bench/bench_startup.py $(ARGS)
+
+bench-regimes: $(STAMP)  ## where int8 actors pay: env steps/s and updates/s by policy size and replay ratio, fp32 vs int8 interleaved (BENCHMARKS.md 16d; ~20 min)
+	$(PY) bench/bench_regimes.py --hidden 64,64 --hidden 512,512,512 --hidden 2048,2048 --spi 16 --spi 1 --spi 0.25 $(ARGS)
 
 bench-stability: $(STAMP)  ## does DQN stay solved on CartPole for 200k env steps after solving: defaults vs settling once solved (BENCHMARKS.md 12k; ~12 min quiet)
 	$(PY) bench/bench_stability.py --seeds 1,2,3,4,5 --arm settle: --arm none:--settle-at=none $(ARGS)

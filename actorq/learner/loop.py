@@ -332,7 +332,9 @@ class Learner:
         """From now on train at the settled replay ratio (actorq.learner.settle)."""
         if self.settled_at is not None or self.settle is None:
             return
-        base, low = self.s.samples_per_insert, self.s.settle_samples_per_insert
+        base = self.s.samples_per_insert
+        # A run already at a low ratio (e.g. 1) keeps it: settling never raises the ratio.
+        low = min(self.s.settle_samples_per_insert, base)
         self.settled_at = self.counters.updates if resumed_at is None else resumed_at
         self.settle.solved = True  # stop watching
         # Extra transitions credited per update on top of the batch actually sampled.

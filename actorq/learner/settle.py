@@ -97,4 +97,8 @@ def credit_per_update(base_ratio: float, settled_ratio: float) -> float:
         raise ValueError(
             f"replay ratios must be > 0, got base {base_ratio} and settled {settled_ratio}"
         )
+    if settled_ratio > base_ratio:  # a negative credit would stall actors, not settle
+        raise ValueError(
+            f"settling lowers the replay ratio: settled {settled_ratio} > base {base_ratio}"
+        )
     return base_ratio / settled_ratio

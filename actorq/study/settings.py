@@ -23,6 +23,7 @@ class Setting:
     eval_envs: int
     max_seconds: float
     variables: tuple[tuple[str, str], ...] = ()  # ACTORQ_* for every service of the run
+    samples_per_insert: float | None = None  # None: actorq run's default for the algorithm
     note: str = ""
 
     def run_args(self) -> list[str]:
@@ -32,12 +33,16 @@ class Setting:
             "--actors", str(self.actors), "--envs-per-actor", str(self.envs_per_actor),
             "--eval-envs", str(self.eval_envs), "--target-return", "none",
             "--max-env-steps", "100000000", "--max-seconds", f"{self.max_seconds:g}",
+            *(("--samples-per-insert", f"{self.samples_per_insert:g}")
+              if self.samples_per_insert is not None else ()),
         ]  # fmt: skip
 
     def describe(self, seconds: float | None = None) -> str:
         """One line; `seconds` overrides the per-run budget shown (--quick, --max-seconds)."""
         widths = "x".join(map(str, self.hidden))
-        extra = ", ".join(f"{k}={v}" for k, v in self.variables)
+        spi = () if self.samples_per_insert is None else (f"{self.samples_per_insert:g}",)
+        extra = ", ".join([*(f"samples per insert {v}" for v in spi),
+                           *(f"{k}={v}" for k, v in self.variables)])  # fmt: skip
         return (
             f"{self.algo.upper()} on {self.env_id}, {widths} MLP, {self.actors} actors x "
             f"{self.envs_per_actor} envs, {seconds or self.max_seconds:g} s per run"
@@ -58,6 +63,14 @@ SETTINGS: dict[str, Setting] = {
             "cartpole-dqn-512x3", "CartPole-v1", "dqn", (512, 512, 512),
             envs_per_actor=16, max_seconds=150.0,
             variables=(("ACTORQ_PUBLISH_EVERY", "30"),), note=_LARGE,
+        ),
+        _setting(
+            "cartpole-dqn-512x3-spi1", "CartPole-v1", "dqn", (512, 512, 512),
+            envs_per_actor=16, max_seconds=240.0, samples_per_insert=1.0,
+            variables=(("ACTORQ_PUBLISH_EVERY", "30"),),
+            note="large policy, replay ratio 1 (each transition sampled about once, as in "
+            "Ape-X): actors take most of the CPU, so int8 frees it for the learner "
+            "(BENCHMARKS.md 16d: 1.7x updates/s)",
         ),
         _setting(
             "cartpole-dqn-512x3-pub300", "CartPole-v1", "dqn", (512, 512, 512),

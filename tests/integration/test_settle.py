@@ -56,6 +56,8 @@ def test_watch_and_credit_refuse_bad_values(
     with pytest.raises(ValueError, match="ratios must be > 0"):
         credit_per_update(16.0, 0.0)
     assert credit_per_update(16.0, 4.0) == 4.0
+    with pytest.raises(ValueError, match="lowers"):
+        credit_per_update(1.0, 4.0)
 
 
 @pytest.mark.parametrize(
