@@ -69,8 +69,7 @@ SETTINGS: dict[str, Setting] = {
             envs_per_actor=16, max_seconds=240.0, samples_per_insert=1.0,
             variables=(("ACTORQ_PUBLISH_EVERY", "30"),),
             note="large policy, replay ratio 1 (each transition sampled about once, as in "
-            "Ape-X): actors take most of the CPU, so int8 frees it for the learner "
-            "(BENCHMARKS.md 16d: 1.7x updates/s)",
+            "Ape-X): the regime where actors' share of the CPU is largest; BENCHMARKS.md 16d",
         ),
         _setting(
             "cartpole-dqn-512x3-pub300", "CartPole-v1", "dqn", (512, 512, 512),
