@@ -261,6 +261,9 @@ class ActorSettings(CommonSettings):
     random_steps: int = 0  # uniform random actions for this many env steps first
     n_step: int = 1  # > 1: actors emit n-step transitions (D4PG); reward = discounted sum
     gamma: float = 0.99  # discount of those n-step sums (match the learner's)
+    # Discrete n-step: end waiting windows before an exploratory action (actorq.actor.nstep;
+    # actorq run sets it from ACTORQ_DQN_IS_CORRECTION).
+    nstep_cut: bool = False
     # On-policy (PPO, APPO, A2C; actorq.actor.trajectory): > 0 = stream T-step segments
     # with behaviour log-probs instead of replay transitions.
     unroll_length: int = 0
@@ -352,9 +355,16 @@ class LearnerSettings(CommonSettings):
     settle_episodes: int = 100
     settle_samples_per_insert: float = 4.0
     settle_lr_scale: float = 0.1  # the learning rate is multiplied by this when settling
+    # Behaviour vs learner gap (actorq.learner.behaviour): measured on every gap_every-th
+    # sampled batch (0 = never); noise_sigma is the actors' Gaussian exploration (the same
+    # ACTORQ_NOISE_SIGMA), the learner's policy density for log-ratios and n-step weights.
+    gap_every: int = 10
+    noise_sigma: float = 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check(self.gap_every >= 0, f"gap_every: expected >= 0, got {self.gap_every}")
+        _check(self.noise_sigma >= 0, f"noise_sigma: expected >= 0, got {self.noise_sigma}")
         _check(
             self.settle_episodes >= 1,
             f"settle_episodes: expected >= 1, got {self.settle_episodes}",

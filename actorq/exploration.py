@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,3 +107,62 @@ class OUNoise:
 
     def reset(self, ended: np.ndarray) -> None:
         self.state[np.asarray(ended, bool)] = 0.0
+
+
+# --- behaviour log-probabilities (recorded per transition for off-policy corrections) ---
+def epsilon_greedy_logp(
+    action: np.ndarray, greedy: np.ndarray, epsilon: float | np.ndarray, num_actions: int
+) -> np.ndarray:
+    """log mu(a|s) of epsilon-greedy: log(1 - eps + eps / A) for the greedy action, log(eps
+    / A) for any other. float32 [B]; -inf only for a non-greedy action at eps 0 (impossible)."""
+    eps = np.asarray(epsilon, np.float64)
+    prob = eps / num_actions + (1.0 - eps) * (np.asarray(action) == np.asarray(greedy))
+    with np.errstate(divide="ignore"):
+        return np.log(prob).astype(np.float32)
+
+
+def epsilon_from_logp(logp: np.ndarray, is_greedy: np.ndarray, num_actions: int) -> np.ndarray:
+    """The epsilon an epsilon-greedy actor used, recovered from the recorded log-prob of the
+    taken action and whether it was its greedy one (inverts `epsilon_greedy_logp`)."""
+    prob = np.exp(np.asarray(logp, np.float64))
+    if num_actions < 2:
+        return np.zeros_like(prob)
+    eps = np.where(is_greedy, (1.0 - prob) * num_actions / (num_actions - 1), prob * num_actions)
+    return np.clip(eps, 0.0, 1.0)
+
+
+def clipped_gaussian_logp(action: np.ndarray, mean: np.ndarray, sigma: float) -> np.ndarray:
+    """log-prob of `action` [B, A] under clip(mean + N(0, sigma^2), -1, 1), summed over A.
+
+    `gaussian_action_noise` clips, so an action at +-1 carries the whole tail mass beyond
+    it: those dimensions count log P(x >= 1) (or <= -1), the others the Gaussian density.
+    The same formula for the behaviour's and the learner's mean keeps their ratio exact.
+    numpy on the actors' per-step path (torch's ops on a few values cost ~10x more)."""
+    if sigma <= 0:
+        raise ValueError(f"sigma must be > 0 for a log-prob, got {sigma}")
+    a = np.asarray(action, np.float64)
+    m = np.asarray(mean, np.float64)
+    z = (a - m) / sigma
+    logp = -0.5 * z * z - math.log(sigma * math.sqrt(2.0 * math.pi))
+    upper, lower = a >= 1.0, a <= -1.0
+    if upper.any() or lower.any():  # rarer: only where the noise was clipped
+        logp[upper] = _log_ndtr((m[upper] - 1.0) / sigma)
+        logp[lower] = _log_ndtr((-1.0 - m[lower]) / sigma)
+    return logp.sum(axis=-1).astype(np.float32)
+
+
+def _log_ndtr(x: np.ndarray) -> np.ndarray:
+    """log Phi(x), stable far in the left tail (where Phi underflows)."""
+    out = np.empty_like(x)
+    for i, v in enumerate(x.flat):
+        if v > -20.0:
+            out.flat[i] = math.log(0.5 * math.erfc(-v / math.sqrt(2.0)))
+        else:  # asymptotic series: Phi(x) ~ phi(x) / -x * (1 - 1/x^2 + 3/x^4)
+            out.flat[i] = (-0.5 * v * v - math.log(-v * math.sqrt(2.0 * math.pi))
+                           + math.log1p(-1.0 / v**2 + 3.0 / v**4))  # fmt: skip
+    return out
+
+
+def uniform_logp(batch: int, act_dim: int) -> np.ndarray:
+    """log-density of the uniform warm-up on [-1, 1]^A: -A log 2 for every row."""
+    return np.full(batch, -act_dim * math.log(2.0), np.float32)

@@ -264,6 +264,41 @@ LEARNER_POLICY_DISTANCE = Gauge(
     "Policy distance of the oldest replay data at the latest check (dynamic capacity).",
 )
 LEARNER_NSTEP = Gauge("actorq_learner_td_nstep", "n of the TD target in use (delayed n-step).")
+# Behaviour vs learner policy on sampled replay rows (actorq.learner.behaviour).
+LEARNER_BEHAVIOUR_GAP = Gauge(
+    "actorq_learner_behaviour_gap",
+    "Behaviour vs learner policy on the latest measured batch: mean |mu_behaviour - "
+    "mu_learner(s)| / action range (continuous), or the share of rows whose behaviour greedy "
+    "action differs from the learner's (discrete).",
+)
+LEARNER_BEHAVIOUR_FRESH_GAP = Gauge(
+    "actorq_learner_behaviour_fresh_gap",
+    "The behaviour gap over the latest measured batch's rows acted by the newest published "
+    "version or the one before: quantization plus at most one version of lag.",
+)
+LEARNER_BEHAVIOUR_LOG_RATIO = Gauge(
+    "actorq_learner_behaviour_log_ratio",
+    "log pi_learner(a|s) - log mu_behaviour(a|s) of the taken actions on the latest measured "
+    "batch, learner with the behaviour's exploration (stat: mean, abs_mean).",
+    ["stat"],
+)
+LEARNER_BEHAVIOUR_RHO = Gauge(
+    "actorq_learner_behaviour_rho_mean",
+    "Mean of min(1, pi_learner / mu_behaviour) of the taken actions on the latest batch.",
+)
+LEARNER_BEHAVIOUR_ROWS = Counter(
+    "actorq_learner_behaviour_rows_total",
+    "Sampled rows looked at for the gap: measured, or not (entries without behaviour fields).",
+    ["measured"],
+)
+LEARNER_NSTEP_IS_WEIGHT = Gauge(
+    "actorq_learner_nstep_is_weight_mean",
+    "Mean truncated importance weight prod_k min(rho_bar, pi/mu) of the latest n-step batch.",
+)
+LEARNER_NSTEP_IS_TRUNCATED = Gauge(
+    "actorq_learner_nstep_is_truncated_fraction",
+    "Share of the latest n-step batch's intermediate steps whose ratio was cut at rho_bar.",
+)
 
 
 def serve_metrics(host: str, port: int, service: str | None = None) -> int | None:

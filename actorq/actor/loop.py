@@ -3,9 +3,12 @@
 Actor: M envs stepped together, one batched forward of the quantized policy per step,
 Ape-X epsilon-greedy (discrete) or Gaussian / OU noise around the policy's tanh actions
 (continuous; optional n-step transitions for D4PG), transitions stamped (actor, version,
-precision) and pushed to Redis every `push_every` transitions. The evaluator acts greedily
-(no noise), writes nothing to replay, and evaluates each new policy version with one
-episode per env.
+precision) and pushed to Redis every `push_every` transitions. Each transition also
+carries what the behaviour policy itself chose before exploration (greedy action or tanh
+mean) and the log-prob of the taken action under the exploration used, so the learner
+can measure how far its own policy has moved from the actors' (actorq.learner.behaviour).
+The evaluator acts greedily (no noise), writes nothing to replay, and evaluates each new
+policy version with one episode per env.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import redis
@@ -27,44 +31,72 @@ from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.stepper import VectorStepper
 from actorq.breakdown import LOOP_PHASES, PhaseClock
 from actorq.config import ActorSettings
-from actorq.exploration import OUNoise, apex_epsilon, epsilon_greedy, gaussian_action_noise
+from actorq.exploration import (
+    OUNoise,
+    apex_epsilon,
+    clipped_gaussian_logp,
+    epsilon_greedy,
+    epsilon_greedy_logp,
+    gaussian_action_noise,
+    uniform_logp,
+)
 from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter, SampleToInsertRatio, TransitionBatch
 
 log = logging.getLogger(__name__)
 
 
+_PENDING_COLUMNS = ("obs", "action", "reward", "next_obs", "done", "steps", "behaviour",
+                    "behaviour_logp")  # fmt: skip
+
+
 class _PendingTransitions:
     """Transitions collected since the last push, kept until Redis acknowledges them."""
 
     def __init__(self) -> None:
-        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.parts: list[dict[str, np.ndarray]] = []
         self.count = 0
 
-    def add(self, obs, action, reward, next_obs, done, steps=None) -> None:
-        part = (obs, action, reward, next_obs, done)
-        self.parts.append(part if steps is None else (*part, steps))
-        self.count += len(action)
+    def add(self, *columns: np.ndarray | None) -> None:
+        """Columns in `_PENDING_COLUMNS` order; optional ones (steps on) may be None."""
+        part = {k: v for k, v in zip(_PENDING_COLUMNS, columns, strict=False) if v is not None}
+        self.parts.append(part)
+        self.count += len(part["action"])
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        columns = [np.concatenate(x) for x in zip(*self.parts, strict=True)]
-        obs, action, reward, next_obs, done = columns[:5]
-        continuous = action.ndim == 2
+        # An optional column goes out only when every part has it (all rows or none).
+        names = [k for k in _PENDING_COLUMNS if all(k in part for part in self.parts)]
+        c = {k: np.concatenate([part[k] for part in self.parts]) for k in names}
+        continuous = c["action"].ndim == 2
+        action_dtype = np.float32 if continuous else np.int64
         return TransitionBatch(
-            obs=_obs_column(obs),
-            action=action.astype(np.float32 if continuous else np.int64, copy=False),
-            reward=reward.astype(np.float32, copy=False),
-            next_obs=_obs_column(next_obs),
-            done=done.astype(bool, copy=False),
+            obs=_obs_column(c["obs"]),
+            action=c["action"].astype(action_dtype, copy=False),
+            reward=c["reward"].astype(np.float32, copy=False),
+            next_obs=_obs_column(c["next_obs"]),
+            done=c["done"].astype(bool, copy=False),
             actor_id=actor_id,
             policy_version=version,
             precision=precision,
-            steps=columns[5].astype(np.uint8) if len(columns) > 5 else None,
+            steps=c["steps"].astype(np.uint8) if "steps" in c else None,
+            behaviour=c["behaviour"].astype(action_dtype) if "behaviour" in c else None,
+            behaviour_logp=c.get("behaviour_logp"),
         )
 
     def clear(self) -> None:
         self.parts.clear()
         self.count = 0
+
+
+@dataclass(frozen=True)
+class _Acted:
+    """One step's actions: taken (after exploration), the policy's own before exploration
+    (greedy action or tanh mean), log mu(taken) where the exploration's density is known."""
+
+    taken: np.ndarray
+    behaviour: np.ndarray
+    logp: np.ndarray | None
+    policy: LoadedPolicy
 
 
 def _obs_column(obs: np.ndarray) -> np.ndarray:
@@ -157,7 +189,9 @@ class Actor(_EnvWorker):
         self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
         self.ou = self._ou_noise() if self.continuous and settings.noise == "ou" else None
         self.nstep = (
-            NStepAccumulator(self.env.num_envs, settings.n_step, settings.gamma)
+            NStepAccumulator(
+                self.env.num_envs, settings.n_step, settings.gamma, cut=settings.nstep_cut
+            )
             if settings.n_step > 1
             else None
         )
@@ -233,44 +267,48 @@ class Actor(_EnvWorker):
     def _budget_spent(self) -> bool:
         return self.s.max_env_steps > 0 and self.env_steps >= self.s.max_env_steps
 
-    def _actions(self, obs: np.ndarray) -> tuple[np.ndarray, int, str]:
+    def _actions(self, obs: np.ndarray) -> _Acted:
         policy = self.follower.current
         assert policy is not None  # run() waits for the first policy
         out = self.q_values(policy, obs)
         self.clock.mark("inference")
         if not self.continuous:
-            return epsilon_greedy(out, self.epsilon, self.rng), policy.version, policy.precision
+            greedy = out.argmax(axis=1)
+            taken = epsilon_greedy(out, self.epsilon, self.rng)
+            logp = epsilon_greedy_logp(taken, greedy, self.epsilon, out.shape[1])
+            return _Acted(taken, greedy, logp, policy)
+        mean = np.asarray(out, np.float32)  # the int8 policy's action before any noise
         if self.env_steps < self.s.random_steps:  # uniform warm-up fills replay broadly
             uniform = self.rng.uniform(-1.0, 1.0, out.shape).astype(np.float32)
-            return uniform, policy.version, policy.precision
-        if self.ou is not None:
-            return self.ou(out), policy.version, policy.precision
-        noisy = gaussian_action_noise(out, self.s.noise_sigma, self.rng)
-        return noisy, policy.version, policy.precision
+            return _Acted(uniform, mean, uniform_logp(*out.shape), policy)
+        if self.ou is not None:  # OU's state makes the density unknown here: no log-prob
+            return _Acted(self.ou(out), mean, None, policy)
+        sigma = self.s.noise_sigma
+        noisy = gaussian_action_noise(out, sigma, self.rng)
+        logp = clipped_gaussian_logp(noisy, mean, sigma) if sigma > 0 else None
+        return _Acted(noisy, mean, logp, policy)
 
     def _step(self, obs: np.ndarray) -> np.ndarray:
-        actions, version, precision = self._actions(obs)
+        acted = self._actions(obs)
         self.clock.mark("explore")
-        step = self.stepper.step(actions)
+        step = self.stepper.step(acted.taken)
         self.clock.mark("env_step")
         v = step.valid
+        extras = (acted.behaviour,) if acted.logp is None else (acted.behaviour, acted.logp)
         if self.nstep is not None:
             done = self.nstep.add(
-                obs, actions, step.rewards, step.next_obs, step.terminated, step.ended, v
-            )
+                obs, acted.taken, step.rewards, step.next_obs, step.terminated, step.ended, v,
+                extras, greedy=None if self.continuous else acted.taken == acted.behaviour,
+            )  # fmt: skip
             if done is not None:
                 self.pending.add(*done)
         else:
-            self.pending.add(
-                obs[v],
-                np.asarray(actions)[v],
-                step.rewards[v],
-                step.next_obs[v],
-                step.terminated[v],
-            )
+            row = (obs[v], np.asarray(acted.taken)[v], step.rewards[v], step.next_obs[v])
+            self.pending.add(*row, step.terminated[v], None, *(e[v] for e in extras))
         if self.ou is not None:
             self.ou.reset(step.ended)
-        self.version_of_pending, self.precision = version, precision
+        version = acted.policy.version
+        self.version_of_pending, self.precision = version, acted.policy.precision
         steps = int(v.sum())
         self._count_steps(steps)
         self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version)

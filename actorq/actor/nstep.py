@@ -5,6 +5,18 @@ For each env the last n (s, a, r) wait here; once n are collected the oldest lea
 every waiting step leaves with the rewards up to the end, s' = the last observation,
 done = terminated and steps = how many rewards it summed; the learner then discounts
 the bootstrap by gamma ** steps (and not at all after a termination).
+
+With `cut` (DQN's ACTORQ_DQN_IS_CORRECTION, discrete actions only), a step whose action
+was not the acting policy's greedy one ends every waiting transition before it: they
+leave with the rewards so far and s' = the state that exploratory action was taken in,
+so an n-step return only sums rewards that followed greedy actions (Watkins's Q(lambda);
+Retrace with a greedy target, whose trace min(1, pi/mu) is 0 at such an action). The
+greedy policy here is the actor's own int8 one; the learner's greedy action differs on
+the share of states the learner reports as the behaviour gap (actorq.learner.behaviour).
+
+Per-step extras (the behaviour policy's own action and log-prob, actorq.replay.batch)
+travel with their step and leave with the transition that step starts: they describe the
+first action a_t, the one Q(s_t, a_t) is about.
 """
 
 from __future__ import annotations
@@ -15,12 +27,13 @@ import numpy as np
 
 
 class NStepAccumulator:
-    def __init__(self, num_envs: int, n: int, gamma: float) -> None:
+    def __init__(self, num_envs: int, n: int, gamma: float, cut: bool = False) -> None:
         if n < 1 or n > 255:
             raise ValueError(f"n_step must be in [1, 255], got {n}")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        self.n, self.gamma = n, gamma
+        self.n, self.gamma, self.cut = n, gamma, cut
+        self.cuts = 0  # windows ended early by an exploratory action
         self.windows: list[deque] = [deque() for _ in range(num_envs)]
 
     def add(
@@ -32,13 +45,22 @@ class NStepAccumulator:
         terminated: np.ndarray,
         ended: np.ndarray,
         valid: np.ndarray,
+        extras: tuple[np.ndarray, ...] = (),
+        greedy: np.ndarray | None = None,
     ) -> tuple[np.ndarray, ...] | None:
-        """One vector step; returns (obs, action, reward, next_obs, done, steps) arrays of
-        the transitions it completes, or None when none is complete yet."""
+        """One vector step; returns (obs, action, reward, next_obs, done, steps, *extras)
+        arrays of the transitions it completes, or None when none is complete yet.
+        `extras` are per-env arrays of this step, returned for each transition's first step;
+        `greedy` (with `cut`) says per env whether this step's action was the greedy one."""
         out: list[tuple] = []
         for i in np.flatnonzero(valid):
             window = self.windows[i]
-            window.append((obs[i], action[i], float(reward[i])))
+            if self.cut and window and greedy is not None and not greedy[i]:
+                self.cuts += 1
+                while window:  # bootstrap where the exploratory action was taken
+                    out.append(self._emit(window, obs[i], False))
+                    window.popleft()
+            window.append((obs[i], action[i], float(reward[i]), tuple(e[i] for e in extras)))
             if ended[i]:
                 while window:
                     out.append(self._emit(window, next_obs[i], bool(terminated[i])))
@@ -56,9 +78,10 @@ class NStepAccumulator:
             np.stack(columns[3]),
             np.asarray(columns[4], bool),
             np.asarray(columns[5], np.uint8),
+            *(np.stack(c) for c in columns[6:]),
         )
 
     def _emit(self, window: deque, next_obs: np.ndarray, done: bool) -> tuple:
-        first_obs, first_action, _ = window[0]
-        total = sum(self.gamma**k * r for k, (_, _, r) in enumerate(window))
-        return (first_obs, first_action, total, next_obs, done, len(window))
+        first_obs, first_action, _, first_extras = window[0]
+        total = sum(self.gamma**k * r for k, (_, _, r, _) in enumerate(window))
+        return (first_obs, first_action, total, next_obs, done, len(window), *first_extras)

@@ -60,6 +60,11 @@ class DDPGConfig:
     obs_norm: bool = False
     """Normalise observations with running mean/std (useful on MuJoCo and DM Control);
     the broadcast policy carries the statistics (MLPSpec.input_norm) and actors apply them."""
+    is_correction: bool = False
+    """Weight learner-side n-step rows (ACTORQ_DELAYED_NSTEP > 1; DDPG and TD3) by their
+    truncated importance ratios prod_k min(rho_bar, pi/mu) (actorq.learner.behaviour)."""
+    rho_bar: float = 1.0
+    """Truncation of each intermediate step's ratio pi_learner / mu_behaviour."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -72,6 +77,7 @@ class DDPGConfig:
             owner, self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts
         )
         check_field(owner, self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
+        check_field(owner, self.rho_bar > 0, "rho_bar", "> 0", self.rho_bar)
         check_field(
             owner,
             self.qat_bits == 0 or 2 <= self.qat_bits <= 8,

@@ -80,6 +80,10 @@ class DQNConfig:
     qat_bits: int = 0
     """Quantization-aware training: 2..8 trains the online net through fake-quantized
     weights at that width (straight-through estimator); 0 = off."""
+    is_correction: bool = False
+    """n-step only: actors end each n-step window before an exploratory (non-greedy)
+    action, so returns sum only rewards that followed greedy actions (actorq.actor.nstep;
+    `actorq run` passes it to the actors as ACTORQ_NSTEP_CUT)."""
     # Replay capacity and the samples-per-insert ratio belong to the learner service and the
     # rate limiter (LearnerSettings.replay_capacity / samples_per_insert), not to DQN.
 

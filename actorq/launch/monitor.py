@@ -43,7 +43,8 @@ class ProgressSample:
     broadcast_bytes_total: int
     bytes_saved_total: int
     policy_rejections: int
-    # On-policy learners' importance-ratio and lag figures (onpolicy_*), flattened in rows.
+    # On-policy learners' importance-ratio and lag figures (onpolicy_*) and off-policy
+    # learners' behaviour gap (behaviour_*, actorq.learner.behaviour), flattened in rows.
     extra: dict[str, float] = field(default_factory=dict)
     # Runtime breakdown (actorq.breakdown): seconds per actor step and per published version.
     actor_breakdown: dict = field(default_factory=dict)
@@ -183,7 +184,7 @@ class RunMonitor:
 def _onpolicy_counters(learner: _StatusClient) -> dict[str, float]:
     if learner.last is None:
         return {}
-    names = ("onpolicy_", "segment")
+    names = ("onpolicy_", "segment", "behaviour_")
     return {k: round(v, 5) for k, v in learner.last.counters.items() if k.startswith(names)}
 
 

@@ -63,6 +63,9 @@ class Summary:
     # The quantizer's guard: threshold, newest and largest divergence as broadcast and
     # before fallbacks, versions and layers that fell back (actorq.guard).
     guard: dict[str, Any] = field(default_factory=dict)
+    # Off-policy learners: behaviour vs learner gap on sampled rows (recent average), rows
+    # measured / not, n-step importance weights when corrected (actorq.learner.behaviour).
+    behaviour: dict[str, float] = field(default_factory=dict)
     # Sparse training (actorq.sparse; continuous algorithms, dense runs too): share of zero
     # weights per network and in total, training FLOPs as trained and dense-equivalent,
     # FLOPs of one action of the broadcast policy; None for DQN.

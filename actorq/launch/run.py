@@ -263,7 +263,11 @@ def _actor_replay_env(settings: RunSettings) -> dict[str, str]:
         config = load_algorithm_config("dqn")
         if config.n_step == 1:
             return {}
-        return {"ACTORQ_N_STEP": str(config.n_step), "ACTORQ_GAMMA": str(config.gamma)}
+        return {
+            "ACTORQ_N_STEP": str(config.n_step),
+            "ACTORQ_GAMMA": str(config.gamma),
+            "ACTORQ_NSTEP_CUT": "true" if config.is_correction else "false",
+        }
     if not is_continuous(settings.algo):
         return {}
     config = load_algorithm_config(settings.algo)
@@ -606,6 +610,9 @@ def _write_outputs(
         publish_breakdown=last.publish_breakdown if last else {},
         energy=energy,
         guard=last.guard if last else {},
+        behaviour={k: v for k, v in last.extra.items() if k.startswith("behaviour_")}
+        if last
+        else {},
         **sparse_summary(run_dir, monitor),
     )
     write_summary(run_dir, summary)

@@ -21,6 +21,7 @@ from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
+from actorq.learner.behaviour import BehaviourMonitor, nstep_correction
 from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
 from actorq.learner.distributed import (
     DistConfig,
@@ -127,6 +128,14 @@ class Learner:
             RLx2Learning(rlx2, self.dqn, settings, self.storage) if act_dim or rlx2.active else None
         )
         self.sampler = make_sampler(settings)
+        # Behaviour vs learner gap on sampled rows; n-step importance weights when asked.
+        continuous = bool(act_dim)
+        self.behaviour = BehaviourMonitor(
+            self.dqn, continuous, settings.noise_sigma, settings.gap_every
+        )
+        self.correction = nstep_correction(
+            settings.algo, dqn_config, self.dqn, rlx2.delayed_nstep, settings.noise_sigma
+        )
         self.reader = RedisReplayReader(
             client, keys, self.storage, self.sampler, shard=self.dist.shard()
         )
@@ -290,12 +299,18 @@ class Learner:
     def _update(self) -> None:
         started = time.perf_counter()
         sample = self.sampler.sample(self.storage, self.cfg.batch_size, self.rng)
+        trace = self.correction is not None
         if self.rlx2 is not None:
-            batch = self.rlx2.gather(self.storage, sample.indices)
+            batch = self.rlx2.gather(self.storage, sample.indices, trace)
         else:
             batch = self.storage.get(sample.indices)
         self.counters.sample_seconds += time.perf_counter() - started
-        result = self.dqn.update(batch, sample.weights)
+        weights = sample.weights
+        if self.correction is not None:  # truncated IS of the n-step return's actions
+            weights = weights * self.correction.weights(batch)
+        newest = self.publisher.version if self.publisher is not None else None
+        self.behaviour.maybe_measure(batch, newest)  # before the update: the actors' gap
+        result = self.dqn.update(batch, weights)
         if self.rlx2 is not None:
             self.rlx2.after_update()
         self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
@@ -418,6 +433,11 @@ class Learner:
         """Share of wall time the learner waited for replay data (rate limiter or empty)."""
         elapsed = time.perf_counter() - self.counters.started
         return self.counters.wait_seconds / elapsed if elapsed > 0 else 0.0
+
+    def behaviour_status(self) -> dict[str, float]:
+        """The gap and n-step weights as GetStatus counters (behaviour_*)."""
+        correction = self.correction.status() if self.correction is not None else {}
+        return self.behaviour.status() | correction
 
     def sample_fraction(self) -> float:
         """Share of wall time spent sampling rows and copying them out of the mirror."""

@@ -66,11 +66,15 @@ class RLx2Learning:
             return self.config.delayed_nstep
         return 1
 
-    def gather(self, storage: ReplayStorage, indices: np.ndarray) -> dict[str, np.ndarray]:
+    def gather(
+        self, storage: ReplayStorage, indices: np.ndarray, trace: bool = False
+    ) -> dict[str, np.ndarray]:
+        """The sampled rows, n-step once due; `trace` adds their intermediate steps (for
+        the importance correction, actorq.learner.behaviour)."""
         n = self.nstep()
         if n == 1:
             return storage.get(indices)
-        batch = storage.get_nstep(indices, n, self.gamma)
+        batch = storage.get_nstep(indices, n, self.gamma, trace)
         self.last_steps_mean = float(batch["steps"].mean())  # < n where episodes end
         return batch
 

@@ -47,6 +47,24 @@ Measured on batches of 32 random-play minatar:breakout transitions: 30 bytes per
 transition with zstd, 816 uncompressed, 3,213 as float32 "1".
 Decompressed observation fields are limited to MAX_OBS_FIELD_BYTES.
 
+Every format may carry two more optional fields, what the behaviour policy itself did
+before exploration (`actorq.learner.behaviour` measures the behaviour-vs-learner gap and
+the n-step importance correction with them):
+
+===============  ===============================================================
+behaviour        N int64 (formats "1", "3": the acting policy's greedy action) or
+                 N*A float32 row-major (format "2": its action before noise, in
+                 [-1, 1]); for an n-step transition, that of its first step
+behaviour_logp   N float32 (never NaN or +inf): log mu(a|s) of the taken action
+                 under the distribution it was drawn from (epsilon-greedy with the
+                 env's epsilon, the clipped Gaussian around `behaviour`, or the
+                 uniform warm-up); read only with `behaviour`, absent where that
+                 distribution is not known (OU noise)
+===============  ===============================================================
+
+Readers that do not know them ignore them; an entry without them decodes as before (the
+learner counts its rows as not measured).
+
 Discrete batches with flat observations are still written as "1", byte for byte as
 before (n-step DQN adds the same optional `steps` field, which older readers ignore), so
 older readers keep working on them; an older reader refuses a "2" entry as an unsupported
@@ -104,7 +122,9 @@ class TransitionBatch:
     learner still bootstraps from `next_obs` on truncated steps. Observations are float32
     [N, obs_dim] or uint8 pixels [N, C, H, W] (discrete actions only, format "3").
     Actions are int64 [N] (discrete) or float32 [N, act_dim] (continuous); `steps`
-    (uint8 [N], optional) holds n-step lengths when transitions span more than one env step.
+    (uint8 [N], optional) holds n-step lengths when transitions span more than one env step;
+    `behaviour` (like `action`) and `behaviour_logp` (float32 [N]), both optional, what the
+    acting policy chose before exploration and log mu(a|s) of the taken action.
     """
 
     obs: np.ndarray  # float32 [N, obs_dim] or uint8 [N, C, H, W]
@@ -116,10 +136,13 @@ class TransitionBatch:
     policy_version: int
     precision: str = "fp32"
     steps: np.ndarray | None = None  # uint8 [N], n-step lengths >= 1; None = all 1
+    behaviour: np.ndarray | None = None  # like action: the policy's own, before exploration
+    behaviour_logp: np.ndarray | None = None  # float32 [N], log mu(a|s); needs behaviour
 
     def __post_init__(self) -> None:
         n = _check_obs("obs", self.obs)
         _check_action(self.action, n)
+        _check_behaviour(self.behaviour, self.behaviour_logp, self.action)
         if self.steps is not None:
             _check_array("steps", self.steps, np.dtype(np.uint8), (n,))
             if n and self.steps.min() < 1:
@@ -168,6 +191,22 @@ def _check_action(action: object, n: int) -> None:
             raise ValueError(f"action must have shape [{n}, act_dim>=1], got {list(action.shape)}")
         return
     _check_array("action", action, np.dtype(np.int64), (n,))
+
+
+def _check_behaviour(
+    behaviour: np.ndarray | None, logp: np.ndarray | None, action: np.ndarray
+) -> None:
+    if behaviour is None:
+        if logp is not None:
+            raise ValueError("behaviour_logp needs behaviour")
+        return
+    _check_array("behaviour", behaviour, action.dtype, action.shape)
+    if action.dtype == np.float32 and not _all_finite(behaviour):
+        raise ValueError("behaviour contains NaN or infinity")
+    if logp is not None:
+        _check_array("behaviour_logp", logp, np.dtype(np.float32), (len(action),))
+        if np.isnan(logp).any() or (logp == np.inf).any():  # -inf: a zero-probability action
+            raise ValueError("behaviour_logp contains NaN or +infinity")
 
 
 def _check_obs(name: str, arr: object) -> int:
@@ -252,6 +291,10 @@ def encode_batch(batch: TransitionBatch, obs_codec: str = "none") -> dict[str, b
     }
     if batch.steps is not None:  # n-step transitions; readers without it ignore the field
         fields["steps"] = batch.steps.astype(_U8, copy=False).tobytes()
+    if batch.behaviour is not None:  # optional as well: older readers ignore both
+        fields["behaviour"] = batch.behaviour.astype(action.dtype, copy=False).tobytes("C")
+        if batch.behaviour_logp is not None:
+            fields["behaviour_logp"] = batch.behaviour_logp.astype(_F32, copy=False).tobytes()
     return fields
 
 
@@ -294,6 +337,7 @@ def decode_batch(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> Transit
             policy_version=_decimal(f, "version"),
             precision=_text(f, "precision"),
             steps=steps,
+            **_behaviour(f, action),
         )
     except ReplayDecodeError:
         raise
@@ -362,6 +406,20 @@ def _steps(f: dict[str, bytes], n: int) -> np.ndarray | None:
     if type(raw) is not bytes or len(raw) != n:
         raise ReplayDecodeError("bad_length", f"field 'steps' must be {n} bytes")
     return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+def _behaviour(f: dict[str, bytes], action: np.ndarray) -> dict[str, np.ndarray | None]:
+    """The optional behaviour fields, shaped like the entry's actions; absent -> None."""
+    if "behaviour" not in f:
+        return {"behaviour": None, "behaviour_logp": None}
+    dtype = _F32 if action.dtype == np.float32 else _I64
+    for name in ("behaviour", "behaviour_logp"):
+        if name in f and type(f[name]) is not bytes:
+            raise ReplayDecodeError("bad_value", f"field {name!r} is not bytes")
+    behaviour = _array(f, "behaviour", dtype, action.size).reshape(action.shape)
+    n = len(action)
+    logp = _array(f, "behaviour_logp", _F32, n) if "behaviour_logp" in f else None
+    return {"behaviour": behaviour, "behaviour_logp": logp}
 
 
 def _normalize_keys(fields: Mapping[bytes, bytes] | Mapping[str, bytes]) -> dict[str, bytes]:

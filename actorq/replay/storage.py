@@ -14,7 +14,11 @@ import numpy as np
 from actorq.replay.batch import TransitionBatch
 from actorq.replay.trajectories import TrajectoryLinks, nstep_rows
 
-COLUMNS = ("obs", "action", "reward", "next_obs", "done", "policy_version", "steps")
+COLUMNS = ("obs", "action", "reward", "next_obs", "done", "policy_version", "steps",
+           "behaviour", "behaviour_logp", "has_behaviour")  # fmt: skip
+"""`behaviour` (like `action`) and `behaviour_logp` hold what actors recorded of their own
+policy (actorq.replay.batch); `has_behaviour` is false for rows from entries without them
+(older writers), and `behaviour_logp` is NaN where the log-prob was not sent (OU noise)."""
 
 
 class ReplayStorage:
@@ -63,6 +67,9 @@ class ReplayStorage:
             "policy_version": np.zeros(capacity, np.int64),
         }
         self._cols["steps"] = np.ones(capacity, np.uint8)  # n-step lengths (1 = one-step)
+        self._cols["behaviour"] = np.zeros_like(action)
+        self._cols["behaviour_logp"] = np.full(capacity, np.nan, np.float32)
+        self._cols["has_behaviour"] = np.zeros(capacity, np.bool_)
         self._lock = threading.Lock()
         self._total = 0
         self._dropped_before = 0  # insert sequence number of the oldest row not dropped
@@ -129,7 +136,7 @@ class ReplayStorage:
             raise ValueError(f"batch act_dim {batch.act_dim} != storage act_dim {self.act_dim}")
         n = len(batch)
         skip = max(0, n - self.capacity)
-        values: dict[str, np.ndarray | int] = {
+        values: dict[str, np.ndarray | int | float] = {
             "obs": batch.obs[skip:],
             "action": batch.action[skip:],
             "reward": batch.reward[skip:],
@@ -138,6 +145,7 @@ class ReplayStorage:
             "policy_version": batch.policy_version,
         }
         values["steps"] = 1 if batch.steps is None else batch.steps[skip:]
+        values |= _behaviour_values(batch, skip)
         with self._lock:
             start = (self._total + skip) % self.capacity
             indices = (start + np.arange(n - skip, dtype=np.int64)) % self.capacity
@@ -154,7 +162,7 @@ class ReplayStorage:
             self._total += n
         return indices
 
-    def _write(self, start: int, count: int, values: dict[str, np.ndarray | int]) -> None:
+    def _write(self, start: int, count: int, values: dict[str, np.ndarray | int | float]) -> None:
         """Copy `count` rows into the ring at `start`: one slice, or two when it wraps."""
         first = min(count, self.capacity - start)
         for name, col in self._cols.items():
@@ -172,17 +180,32 @@ class ReplayStorage:
             # take() gathers rows about 1.6x faster than fancy indexing on a 1M-row buffer
             return {name: col.take(idx, axis=0) for name, col in self._cols.items()}
 
-    def get_nstep(self, indices: np.ndarray, n: int, gamma: float) -> dict[str, np.ndarray]:
+    def get_nstep(
+        self, indices: np.ndarray, n: int, gamma: float, trace: bool = False
+    ) -> dict[str, np.ndarray]:
         """Like `get`, with each row extended along its episode to up to `n` steps
-        (actorq.replay.trajectories); needs `link_trajectories`."""
+        (actorq.replay.trajectories; `trace` adds the intermediate steps); needs
+        `link_trajectories`."""
         if self.links is None:
             raise ValueError("get_nstep needs a continuous storage built with link_trajectories")
         idx = np.asarray(indices, dtype=np.int64)
         with self._lock:
             self._check_slots(idx)
-            return nstep_rows(self._cols, self.links, idx, self.oldest_seq, n, gamma)
+            return nstep_rows(self._cols, self.links, idx, self.oldest_seq, n, gamma, trace)
 
     def _check_slots(self, idx: np.ndarray) -> None:
         filled = min(self._total, self.capacity)
         if idx.size and (idx.min() < 0 or idx.max() >= filled):
             raise IndexError(f"indices must lie in [0, {filled}), got {idx.min()}..{idx.max()}")
+
+
+def _behaviour_values(batch: TransitionBatch, skip: int) -> dict[str, np.ndarray | int | float]:
+    """The behaviour columns of a batch's rows from `skip` on (placeholders when absent)."""
+    if batch.behaviour is None:
+        return {"behaviour": 0, "behaviour_logp": np.nan, "has_behaviour": False}
+    logp = batch.behaviour_logp
+    return {
+        "behaviour": batch.behaviour[skip:],
+        "behaviour_logp": np.nan if logp is None else logp[skip:],
+        "has_behaviour": True,
+    }

@@ -575,6 +575,62 @@ PANELS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Behaviour vs learner policy (off-policy replay)",
+        [
+            Panel(
+                "Behaviour vs learner gap",
+                [
+                    _q("max(actorq_learner_behaviour_gap)", "all sampled rows"),
+                    _q("max(actorq_learner_behaviour_fresh_gap)", "rows of the newest 2 versions"),
+                ],
+                "percentunit",
+                description="On sampled replay rows, before the update: mean |mu_behaviour - "
+                "mu_learner| / action range (continuous), or the share of rows whose "
+                "behaviour greedy action differs from the learner's (DQN). All rows: mostly "
+                "replay age; rows of the newest two versions: quantization plus at most one "
+                "version of lag.",
+                width=8,
+            ),
+            Panel(
+                "Log-ratio log pi_learner - log mu_behaviour and min(1, ratio)",
+                [
+                    _q('max(actorq_learner_behaviour_log_ratio{stat="mean"})', "mean"),
+                    _q('max(actorq_learner_behaviour_log_ratio{stat="abs_mean"})', "mean |.|"),
+                    _q("max(actorq_learner_behaviour_rho_mean)", "mean min(1, ratio)"),
+                ],
+                "short",
+                description="Of the taken actions, the learner explored as the actors were "
+                "(same sigma or epsilon): 0 and 1 when the actors act as the learner would.",
+                width=8,
+            ),
+            Panel(
+                "Sampled rows with / without behaviour fields /s",
+                [
+                    _q(
+                        "sum by (measured) (rate(actorq_learner_behaviour_rows_total[$w]))",
+                        "measured={{measured}}",
+                    )
+                ],
+                "short",
+                description="measured=false: rows from replay entries written without the "
+                "behaviour fields (older actors); the gap ignores them.",
+                width=8,
+            ),
+            Panel(
+                "n-step importance weights (ACTORQ_<ALGO>_IS_CORRECTION)",
+                [
+                    _q("max(actorq_learner_nstep_is_weight_mean)", "mean weight"),
+                    _q("max(actorq_learner_nstep_is_truncated_fraction)", "truncated steps"),
+                ],
+                "short",
+                description="Mean prod_k min(rho_bar, pi/mu) over the intermediate steps of "
+                "learner-side n-step rows, and the share of steps cut at rho_bar. 0 "
+                "unless the correction is on.",
+                width=8,
+            ),
+        ],
+    ),
+    (
         "Quantizer guard (divergence from fp32)",
         [
             Panel(

@@ -99,6 +99,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "weights_checksum": _weights_checksum(learner),
                 # Sparsity, FLOPs, n-step, replay capacity (actorq.learner.rlx2).
                 **(learner.rlx2.status() if learner.rlx2 is not None else {}),
+                # Behaviour vs learner gap, n-step importance weights (learner.behaviour).
+                **learner.behaviour_status(),
             },
         )
 

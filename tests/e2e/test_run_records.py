@@ -52,3 +52,9 @@ def test_summary_checkpoint_and_redis_agree(tmp_path: Path, redis_url: str) -> N
     # CPU read from the exited processes covers every service, the learner's shutdown too.
     assert set(summary["cpu_seconds"]) >= {"quantizer", "learner", "actor-0", "evaluator"}
     assert summary["cpu_seconds"]["learner"] > 0
+    # The behaviour-vs-learner gap reaches metrics.jsonl and summary.json (learner status).
+    behaviour = summary["behaviour"]
+    assert behaviour["behaviour_rows_measured"] > 0 and behaviour["behaviour_rows_unmeasured"] == 0
+    assert 0.0 <= behaviour["behaviour_gap"] <= 1.0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(row.get("behaviour_gap") is not None for row in rows)

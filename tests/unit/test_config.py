@@ -125,7 +125,11 @@ def test_dqn_actors_build_n_step_transitions_when_the_config_asks(monkeypatch) -
     assert _actor_replay_env(RunSettings()) == {}  # one-step DQN: nothing extra
     monkeypatch.setenv("ACTORQ_DQN_N_STEP", "3")
     monkeypatch.setenv("ACTORQ_DQN_GAMMA", "0.98")
-    assert _actor_replay_env(RunSettings()) == {"ACTORQ_N_STEP": "3", "ACTORQ_GAMMA": "0.98"}
+    monkeypatch.delenv("ACTORQ_DQN_IS_CORRECTION", raising=False)
+    n_step = {"ACTORQ_N_STEP": "3", "ACTORQ_GAMMA": "0.98"}
+    assert _actor_replay_env(RunSettings()) == {**n_step, "ACTORQ_NSTEP_CUT": "false"}
+    monkeypatch.setenv("ACTORQ_DQN_IS_CORRECTION", "true")  # actors cut at exploration
+    assert _actor_replay_env(RunSettings()) == {**n_step, "ACTORQ_NSTEP_CUT": "true"}
     monkeypatch.setenv("ACTORQ_DQN_N_STEP", "0")
     with pytest.raises(ValueError, match="n_step"):
         _actor_replay_env(RunSettings())
