@@ -212,6 +212,18 @@ class PolicyGuard:
         self._probe = probe  # n -> recent observations [<= n, obs_dim], None when none
         self._fallback = parse_precision(config.fallback)
         self._previous: tuple[MLPSpec, dict[str, np.ndarray]] | None = None  # fp32 weights
+        self._said_unguarded = False
+
+    def covers(self, spec: object) -> bool:
+        """MLP policies only: the probe and the per-layer fallbacks are written for them.
+        Other policies (the CNNs of pixel envs) are broadcast unguarded, said once."""
+        if isinstance(spec, MLPSpec):
+            return True
+        if not self._said_unguarded:
+            log.warning("guard: %s policies are not measured; broadcasting them unguarded",
+                        type(spec).__name__)  # fmt: skip
+            self._said_unguarded = True
+        return False
 
     def threshold(self, spec: MLPSpec) -> float:
         continuous = spec.output_activation == "tanh"

@@ -7,32 +7,45 @@ much of the run those last 100 span.
 
     .venv/bin/python bench/bench_continuous.py --algo td3 --env Pendulum-v1 \\
         --seeds 0,1,2 --precisions fp32,int8 --env-steps 15000 [-- extra actorq run flags]
+
+An arm may carry ACTORQ_* settings (bench/arms.py): `--precisions fp32,int4,int4@ACTORQ_GUARD=true`.
+Any algorithm works (`--algo dqn --env CartPole-v1`); the final evaluation is fp32.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from arms import arm_env, arm_folder
+
 from actorq.ptq import load_policy, run_study
 
 
-def _run(args: argparse.Namespace, precision: str, seed: int, out: Path, extra: list[str]):
-    run_dir = out / f"{args.algo}-{precision}-seed{seed}"
+def _run(args: argparse.Namespace, arm: str, seed: int, out: Path, extra: list[str]):
+    precision, env = arm_env(arm)
+    run_dir = out / f"{args.algo}-{arm_folder(arm)}-seed{seed}"
     cmd = [
         *(sys.executable, "-m", "actorq", "run", "--env", args.env, "--algo", args.algo),
         *("--precision", precision, "--seed", str(seed), "--run-dir", str(run_dir)),
         *("--max-env-steps", str(args.env_steps), "--target-return", "none"),
         *("--max-seconds", str(args.max_seconds), *extra),
     ]
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    proc = subprocess.run(
+        cmd,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
     if not (run_dir / "summary.json").exists():  # a service failed to start: no results
-        print(f"{precision:>9} {seed:>4} | run failed (exit {proc.returncode}): {run_dir}/logs")
+        print(f"{arm:>9} {seed:>4} | run failed (exit {proc.returncode}): {run_dir}/logs")
         return None
     summary = json.loads((run_dir / "summary.json").read_text())
     final = run_study(load_policy(run_dir), (32,), episodes=args.episodes)[0]

@@ -26,22 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _arm_env(arm: str) -> tuple[str, dict[str, str]]:
-    """'int8@ACTORQ_X=V,ACTORQ_Y=W' -> ('int8', {'ACTORQ_X': 'V', 'ACTORQ_Y': 'W'})."""
-    precision, _, assignments = arm.partition("@")
-    env = {}
-    for item in filter(None, assignments.split(",")):
-        key, sep, value = item.partition("=")
-        if not (key.startswith("ACTORQ_") and sep):
-            raise SystemExit(f"arm {arm!r}: expected PRECISION[@ACTORQ_X=V,...]")
-        env[key] = value
-    return precision, env
+from arms import arm_env, arm_folder
 
 
 def _run(arm: str, seed: int, out: Path, extra: list[str], budget: float) -> dict:
-    precision, env = _arm_env(arm)
-    run_dir = out / f"{arm.replace('@', '-').replace('=', '-').replace(',', '-')}-seed{seed}"
+    precision, env = arm_env(arm)
+    run_dir = out / f"{arm_folder(arm)}-seed{seed}"
     cmd = [
         sys.executable,
         "-m",

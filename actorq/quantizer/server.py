@@ -176,7 +176,8 @@ class ParameterServer:
         encoded = encode()
         self.clock.mark("quantize")
         meta: dict[str, str] = {}
-        if self.guard is not None and precision != policy_pb2.PRECISION_FP32:
+        guarded = self.guard is not None and self.guard.covers(assembled.spec)
+        if guarded and precision != policy_pb2.PRECISION_FP32:
             result = self.guard.check(assembled.weights, assembled.spec, encoded, encode)
             encoded, meta = result.encoded, result.meta()
             self.guard_stats.record(result)

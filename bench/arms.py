@@ -1,0 +1,23 @@
+"""Bench arms that are a precision plus ACTORQ_* settings: `int8@ACTORQ_GUARD=true`.
+
+Shared by the bench scripts (run as `python bench/NAME.py`, so this folder is on the path).
+"""
+
+from __future__ import annotations
+
+
+def arm_env(arm: str) -> tuple[str, dict[str, str]]:
+    """'int8@ACTORQ_X=V,ACTORQ_Y=W' -> ('int8', {'ACTORQ_X': 'V', 'ACTORQ_Y': 'W'})."""
+    precision, _, assignments = arm.partition("@")
+    env = {}
+    for item in filter(None, assignments.split(",")):
+        key, sep, value = item.partition("=")
+        if not (key.startswith("ACTORQ_") and sep):
+            raise SystemExit(f"arm {arm!r}: expected PRECISION[@ACTORQ_X=V,...]")
+        env[key] = value
+    return precision, env
+
+
+def arm_folder(arm: str) -> str:
+    """A folder name for the arm: 'int8@ACTORQ_X=V' -> 'int8-ACTORQ_X-V'."""
+    return arm.replace("@", "-").replace("=", "-").replace(",", "-")
