@@ -5,6 +5,9 @@ Shared by the bench scripts (run as `python bench/NAME.py`, so this folder is on
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 
 def arm_env(arm: str) -> tuple[str, dict[str, str]]:
     """'int8@ACTORQ_X=V,ACTORQ_Y=W' -> ('int8', {'ACTORQ_X': 'V', 'ACTORQ_Y': 'W'})."""
@@ -21,3 +24,16 @@ def arm_env(arm: str) -> tuple[str, dict[str, str]]:
 def arm_folder(arm: str) -> str:
     """A folder name for the arm: 'int8@ACTORQ_X=V' -> 'int8-ACTORQ_X-V'."""
     return arm.replace("@", "-").replace("=", "-").replace(",", "-")
+
+
+def run_quietly(cmd: list[str], env: dict[str, str]) -> int:
+    """Run `cmd` (an `actorq run`) with ACTORQ_* `env` on top of ours, output discarded:
+    the run folder is what the benches read. Returns the exit code."""
+    done = subprocess.run(
+        cmd,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    return done.returncode

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from arms import arm_env, arm_folder
+from arms import arm_env, arm_folder, run_quietly
 
 from actorq.ptq import load_policy, run_study
 
@@ -37,15 +35,9 @@ def _run(args: argparse.Namespace, arm: str, seed: int, out: Path, extra: list[s
         *("--max-env-steps", str(args.env_steps), "--target-return", "none"),
         *("--max-seconds", str(args.max_seconds), *extra),
     ]
-    proc = subprocess.run(
-        cmd,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
+    code = run_quietly(cmd, env)
     if not (run_dir / "summary.json").exists():  # a service failed to start: no results
-        print(f"{arm:>9} {seed:>4} | run failed (exit {proc.returncode}): {run_dir}/logs")
+        print(f"{arm:>9} {seed:>4} | run failed (exit {code}): {run_dir}/logs")
         return None
     summary = json.loads((run_dir / "summary.json").read_text())
     final = run_study(load_policy(run_dir), (32,), episodes=args.episodes)[0]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from arms import arm_env, arm_folder
+from arms import arm_env, arm_folder, run_quietly
 
 
 def _run(arm: str, seed: int, out: Path, extra: list[str], budget: float) -> dict:
@@ -47,13 +46,7 @@ def _run(arm: str, seed: int, out: Path, extra: list[str], budget: float) -> dic
         str(budget),
         *extra,
     ]
-    subprocess.run(
-        cmd,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
+    run_quietly(cmd, env)
     s = json.loads((run_dir / "summary.json").read_text())
     s["run_dir"] = str(run_dir)
     return s

@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from collections import deque
 from pathlib import Path
+
+from arms import run_quietly
 
 
 def parse_arm(text: str) -> tuple[str, dict[str, str], list[str]]:
@@ -105,13 +105,7 @@ def main() -> None:
                     *[a for a in extra if a != "--"],
                     *flags,
                 ]
-                subprocess.run(
-                    cmd,
-                    env={**os.environ, **env},
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    check=False,
-                )
+                run_quietly(cmd, env)
             s = stability(eval_curve(run_dir), args.solve_at, args.window)
             ok = (
                 s["min_after"] is not None

@@ -167,7 +167,8 @@ def test_guard_panels_cover_every_stage_and_measure() -> None:
 def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool not installed (scripts/test.sh and make deploy-check install it)")
+        pytest.fail("promtool not found: run ./scripts/test.sh (installs it) or "
+                    "apt-get install prometheus")  # fmt: skip
     rules = tmp_path / "dashboard-queries.yml"
     rules.write_text(bd.rules_file(DASHBOARD))
     check = subprocess.run(
