@@ -130,6 +130,12 @@ class TrajectoryActor(_EnvWorker):
     def _budget_spent(self) -> bool:
         return self.s.max_env_steps > 0 and self.env_steps >= self.s.max_env_steps
 
+    def breakdown_counters(self) -> dict[str, float]:
+        """GetStatus counters of the runtime breakdown: none, the phase clock
+        (actorq.breakdown) times the off-policy loop only. Without this the status RPC
+        failed and `actorq run` counted 0 env steps for on-policy runs."""
+        return {}
+
     def _track(self, rewards: np.ndarray, ended: np.ndarray, version: int) -> None:
         before = self.episodes.count
         self.episodes.step(rewards, ended, version, self.env_steps)
