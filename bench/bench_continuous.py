@@ -85,8 +85,12 @@ def main() -> None:
             print(f"{precision:>9}: no run finished")
             continue
         mean = statistics.mean(finals[precision])
+        spread = statistics.stdev(finals[precision]) if len(finals[precision]) > 1 else 0.0
         gap = 100 * (mean - reference) / abs(reference) if reference else 0.0
-        print(f"{precision:>9}: {mean:8.1f}  ({gap:+.1f}% vs {precisions[0]}, + = better)")
+        print(
+            f"{precision:>9}: {mean:8.1f} +- {spread:.1f} (sd over {len(finals[precision])} "
+            f"seeds; {gap:+.1f}% vs {precisions[0]}, + = better)"
+        )
     print(f"run folders: {out}")
 
 
