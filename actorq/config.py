@@ -355,6 +355,9 @@ class LearnerSettings(CommonSettings):
     settle_episodes: int = 100
     settle_samples_per_insert: float = 4.0
     settle_lr_scale: float = 0.1  # the learning rate is multiplied by this when settling
+    # Share of each batch drawn from episode-ending rows once settled (uniform replay only;
+    # actorq.replay.sampler.TerminalShareSampler). 0 = plain uniform sampling.
+    settle_terminal_share: float = 0.0
     # Behaviour vs learner gap (actorq.learner.behaviour): measured on every gap_every-th
     # sampled batch (0 = never); noise_sigma is the actors' Gaussian exploration (the same
     # ACTORQ_NOISE_SIGMA), the learner's policy density for log-ratios and n-step weights.
@@ -376,6 +379,15 @@ class LearnerSettings(CommonSettings):
         _check(
             0 < self.settle_lr_scale <= 1,
             f"settle_lr_scale: expected in (0, 1], got {self.settle_lr_scale}",
+        )
+        _check(
+            0 <= self.settle_terminal_share < 1,
+            f"settle_terminal_share: expected in [0, 1), got {self.settle_terminal_share}",
+        )
+        _check(
+            self.settle_terminal_share == 0 or self.replay == "uniform",
+            f"settle_terminal_share: works with uniform replay, got replay {self.replay!r} "
+            f"(set ACTORQ_SETTLE_TERMINAL_SHARE=0 with prioritized replay)",
         )
         _check(
             self.settle_at is None or math.isfinite(self.settle_at),

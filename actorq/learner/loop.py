@@ -42,6 +42,7 @@ from actorq.replay import (
     ReplayStorage,
     Sampler,
     SampleToInsertRatio,
+    TerminalShareSampler,
     UniformSampler,
 )
 from actorq.sparse.config import SparseTrainingConfig
@@ -358,12 +359,16 @@ class Learner:
         # A resumed optimizer's state already holds the lowered learning rate.
         if self.s.settle_lr_scale != 1.0 and resumed_at is None:
             scale_learning_rates(self.dqn, self.s.settle_lr_scale)
+        if isinstance(self.sampler, TerminalShareSampler):
+            self.sampler.share = self.s.settle_terminal_share
         log.info(
-            "settled at update %d (%s): replay ratio %g -> %g samples per insert",
+            "settled at update %d (%s): replay ratio %g -> %g samples per insert, "
+            "terminal rows %g of each batch",
             self.settled_at,
             why,
             base,
             low,
+            getattr(self.sampler, "share", 0.0),
         )
 
     def _report_progress(self) -> None:
@@ -472,4 +477,6 @@ def make_sampler(settings: LearnerSettings) -> Sampler:
             beta=settings.per_beta,
             beta_steps=settings.per_beta_steps,
         )
+    if settings.settle_terminal_share > 0:
+        return TerminalShareSampler()  # its share is raised on settling (_enter_settled)
     return UniformSampler()

@@ -17,7 +17,7 @@ from actorq.replay.batch import (
 )
 from actorq.replay.rate_limiter import SampleToInsertRatio
 from actorq.replay.redis_io import RedisReplayReader, RedisReplayWriter, read_inserted
-from actorq.replay.sampler import Sampler, SampleResult, UniformSampler
+from actorq.replay.sampler import Sampler, SampleResult, TerminalShareSampler, UniformSampler
 from actorq.replay.storage import ReplayStorage
 
 # The sum tree's kernels need numba (~1.5 s to import): only processes that sample with
@@ -48,6 +48,7 @@ __all__ = [
     "SampleToInsertRatio",
     "Sampler",
     "SumTree",
+    "TerminalShareSampler",
     "TransitionBatch",
     "UniformSampler",
     "decode_batch",

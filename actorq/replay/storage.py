@@ -193,6 +193,16 @@ class ReplayStorage:
             self._check_slots(idx)
             return nstep_rows(self._cols, self.links, idx, self.oldest_seq, n, gamma, trace)
 
+    def terminal_slots(self) -> np.ndarray:
+        """Ring slots of the live rows whose transition ended its episode (`done`:
+        terminated, not truncated), in slot order."""
+        with self._lock:
+            filled = min(self._total, self.capacity)
+            if self._dropped_before == 0:
+                return np.flatnonzero(self._cols["done"][:filled])
+            live = self.age_slots(np.arange(len(self), dtype=np.int64))
+            return np.sort(live[self._cols["done"][live]])
+
     def _check_slots(self, idx: np.ndarray) -> None:
         filled = min(self._total, self.capacity)
         if idx.size and (idx.min() < 0 or idx.max() >= filled):

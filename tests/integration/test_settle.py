@@ -18,6 +18,7 @@ from actorq.config import ConfigError, LearnerSettings, load_settings
 from actorq.learner.loop import Learner
 from actorq.learner.settle import SolvedWatch, credit_per_update
 from actorq.redis_keys import RedisKeys
+from actorq.replay import TerminalShareSampler
 from tests.integration.test_learner_actor import _actor, _learner
 
 BATCH = 32
@@ -69,6 +70,11 @@ def test_watch_and_credit_refuse_bad_values(
         ({"ACTORQ_SETTLE_SAMPLES_PER_INSERT": "0"}, "settle_samples_per_insert"),
         ({"ACTORQ_SETTLE_LR_SCALE": "2"}, "settle_lr_scale"),
         ({"ACTORQ_SETTLE_AT": "475", "ACTORQ_WORLD_SIZE": "2"}, "one learner"),
+        ({"ACTORQ_SETTLE_TERMINAL_SHARE": "1"}, "settle_terminal_share"),
+        (
+            {"ACTORQ_SETTLE_TERMINAL_SHARE": "0.1", "ACTORQ_REPLAY": "prioritized"},
+            "works with uniform replay",
+        ),
     ],
 )
 def test_settings_name_the_bad_value(env: dict[str, str], named: str) -> None:
@@ -97,6 +103,7 @@ def _settling_learner(
         settle_episodes=4,
         settle_samples_per_insert=1.0,
         settle_lr_scale=0.5,
+        settle_terminal_share=0.25,
     )
 
 
@@ -119,6 +126,7 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     while learner.counters.updates < 40 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert learner.settled_at is None  # training, but the evaluator has not solved
+    assert isinstance(learner.sampler, TerminalShareSampler) and learner.sampler.share == 0.0
     assert metrics.LEARNER_REPLAY_RATIO._value.get() == 4.0
     for r in (100.0, 100.0, 100.0):
         _episode(redis_client, redis_keys, "eval", r)  # 40, 100, 100, 100: mean 85 >= 50
@@ -132,6 +140,7 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     assert settled_at is not None and 40 <= settled_at < 200
     assert metrics.LEARNER_REPLAY_RATIO._value.get() == 1.0
     assert learner.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    assert learner.sampler.share == 0.25  # a quarter of each settled batch: terminal rows
     # Each settled update counts 4/1 batches toward the limiter: 1 sampled + 3 credited.
     assert learner.counters.credited == 3 * BATCH * (200 - settled_at)
     reported = int(redis_client.get(redis_keys.learner_sampled))
@@ -142,6 +151,7 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     assert resumed.settled_at == settled_at
     assert resumed.counters.credited == learner.counters.credited
     assert resumed.settle is not None and resumed.settle.solved  # no longer watching
+    assert isinstance(resumed.sampler, TerminalShareSampler) and resumed.sampler.share == 0.25
     # the optimizer's saved state carries the lowered rate; it is not lowered twice
     assert resumed.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
     resumed.publisher.close()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from actorq.replay.batch import TransitionBatch
-from actorq.replay.sampler import Sampler, SampleResult, UniformSampler
+from actorq.replay.sampler import Sampler, SampleResult, TerminalShareSampler, UniformSampler
 from actorq.replay.storage import ReplayStorage
 
 
@@ -74,3 +74,70 @@ def test_priority_hooks_are_no_ops() -> None:
     sampler = UniformSampler()
     sampler.on_insert(np.arange(3))
     sampler.update_priorities(np.arange(3), np.ones(3, np.float32))
+
+
+def storage_with_terminals(done: np.ndarray, capacity: int = 100) -> ReplayStorage:
+    """Rows whose action is their insert number; `done` marks the episode-ending ones."""
+    size = done.size
+    storage = ReplayStorage(capacity=capacity, obs_dim=1)
+    storage.add(
+        TransitionBatch(
+            obs=np.zeros((size, 1), np.float32),
+            action=np.arange(size, dtype=np.int64),
+            reward=np.zeros(size, np.float32),
+            next_obs=np.zeros((size, 1), np.float32),
+            done=done,
+            actor_id="a",
+            policy_version=0,
+        )
+    )
+    return storage
+
+
+def test_terminal_share_fills_its_part_of_each_batch_with_terminal_rows() -> None:
+    done = np.zeros(1000, np.bool_)
+    done[[7, 500, 999]] = True  # 0.3% of the rows, as in replay after a solved policy
+    storage = storage_with_terminals(done, capacity=1000)
+    sampler = TerminalShareSampler(0.1)
+    rng = np.random.default_rng(0)
+    counts = []
+    for _ in range(200):
+        result = sampler.sample(storage, 64, rng)
+        rows = storage.get(result.indices)
+        counts.append(int(rows["done"].sum()))
+        assert result.indices.shape == (64,) and np.all(result.weights == 1.0)
+    # ceil(0.1 * 64) = 7 terminal rows every batch, plus what the uniform part finds.
+    assert min(counts) >= 7
+    assert np.mean(counts) < 7 + 64 * 0.003 * 3
+    seen = np.unique(storage.get(np.arange(1000))["action"][storage.terminal_slots()])
+    np.testing.assert_array_equal(seen, [7, 500, 999])
+
+
+def test_terminal_share_zero_or_no_terminals_samples_like_uniform() -> None:
+    storage = storage_with_terminals(np.zeros(50, np.bool_))
+    for share in (0.0, 0.5):
+        got = TerminalShareSampler(share).sample(storage, 32, np.random.default_rng(3))
+        want = UniformSampler().sample(storage, 32, np.random.default_rng(3))
+        np.testing.assert_array_equal(got.indices, want.indices)
+
+
+def test_terminal_share_follows_overwritten_rows() -> None:
+    storage = storage_with_terminals(np.arange(10) == 2, capacity=10)  # row 2 ends an episode
+    sampler = TerminalShareSampler(0.5)
+    rng = np.random.default_rng(1)
+    assert set(storage.get(sampler.sample(storage, 8, rng).indices[:4])["action"]) == {2}
+    # Ten new rows overwrite the ring; the new terminal is insert 15 (slot 5).
+    fresh = storage_with_terminals(np.arange(10) == 5, capacity=10).get(np.arange(10))
+    storage.add(
+        TransitionBatch(
+            obs=fresh["obs"], action=fresh["action"] + 10, reward=fresh["reward"],
+            next_obs=fresh["next_obs"], done=fresh["done"], actor_id="a", policy_version=1,
+        )
+    )  # fmt: skip
+    assert set(storage.get(sampler.sample(storage, 8, rng).indices[:4])["action"]) == {15}
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0, 1.5])
+def test_terminal_share_outside_unit_interval_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="terminal share must be in"):
+        TerminalShareSampler(share)

@@ -119,3 +119,14 @@ def test_one_writer_one_reader_threads() -> None:
     finally:
         stop.set()
         writer.join()
+
+
+def test_terminal_slots_are_the_live_done_rows() -> None:
+    storage = ReplayStorage(capacity=10, obs_dim=2)
+    storage.add(numbered_batch(0, 6))  # done on odd inserts: slots 1, 3, 5
+    np.testing.assert_array_equal(storage.terminal_slots(), [1, 3, 5])
+    storage.add(numbered_batch(6, 6))  # inserts 10, 11 overwrite slots 0, 1
+    np.testing.assert_array_equal(storage.terminal_slots(), [1, 3, 5, 7, 9])
+    assert storage.get(np.array([1]))["action"][0] == 11  # slot 1: insert 11, done
+    storage.drop_oldest(3)  # inserts 2, 3, 4 go: slot 3 is no longer live
+    np.testing.assert_array_equal(storage.terminal_slots(), [1, 5, 7, 9])
