@@ -152,10 +152,19 @@ class OnPolicyTrainer:
             "value_loss": result.value_loss,
         }
         self._export(result, lags, len(batch_segments))
+        self._report_updates()
         if c.updates % self.s.publish_every == 0:
             self.publisher.submit(self._snapshot())
         if self.checkpointer is not None and c.updates % self.s.checkpoint_every == 0:
             self.checkpoint()
+
+    def _report_updates(self) -> None:
+        """The update count in Redis, where `actorq run`'s final records read it
+        (actorq.launch.final) as they do the off-policy learner's."""
+        try:
+            self.client.set(self.keys.learner_updates, self.counters.updates)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("could not report the update count to redis: %s", exc)
 
     def _export(self, result, lags: list[int], segments: int) -> None:
         metrics.LEARNER_UPDATES.inc()
@@ -214,4 +223,5 @@ class OnPolicyTrainer:
         self.stop.set()
         self.publisher.close()
         self.publisher.publish_now(self._snapshot(), timeout=10.0)
+        self._report_updates()
         self.checkpoint()

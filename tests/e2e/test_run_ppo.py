@@ -39,6 +39,7 @@ def test_ppo_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     # The actors' status pages answered: env steps counted (the last poll may predate
     # the last segments, hence not equality with what Redis holds).
     assert summary["env_steps"] > 0.5 * summary["transitions_inserted"] > 0, summary
+    assert summary["final_records"]["agree"] is True, summary["final_records"]
     for log in (run_dir / "logs").glob("actor-*.log"):
         assert "Exception calling application" not in log.read_text(), log.name
 
