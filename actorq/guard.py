@@ -2,7 +2,9 @@
 
 For every version the quantizer runs the broadcast policy (built exactly as actors build
 it: blob -> verified decode -> inference module) and the fp32 policy on a probe batch of
-recent observations from replay, and measures how differently they act:
+recent observations from replay, and measures how differently they act. MLP and CNN
+policies (pixel envs: uint8 [C, H, W] frames, DQN Q-values or PPO logits) are covered;
+any other spec is broadcast unguarded. The measures:
 - Q-networks (discrete actions): regret, the share of return the quantized greedy
   actions lose under the fp32 Q-values, mean_s (max_a q(s, a) - q(s, a_q)) / ((1 - gamma)
   mean_s |max_a q(s, a)|) by the performance difference lemma (the guarded measure by
@@ -19,10 +21,10 @@ recent observations from replay, and measures how differently they act:
   stochastic actor's behaviour gap is.
 The limit is the larger of a fixed threshold and how far the previous version's fp32
 policy acts from this one (the lag actors already live with; `lag_scale`). Above the
-limit it falls back per layer: layers are ranked by the divergence each
-causes alone (that layer quantized, the rest fp32) and the worst are stored as fp16 (then
-fp32) until the measure is under the threshold. Every fallback is counted and recorded
-in the version's metadata.
+limit it falls back per layer: layers are ranked by the divergence each causes alone
+(that layer quantized, the rest fp32; Linear and conv weights alike) and the worst are
+stored as fp16 (then fp32) until the measure is under the threshold. Every fallback is
+counted and recorded in the version's metadata.
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 import torch
+import torch.nn.functional as F
 
 from actorq import metrics
 from actorq.config import ConfigError
 from actorq.models import MLPSpec
+from actorq.models.cnn import CNNSpec
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, linear_layer_names
+from actorq.onpolicy.segments import SegmentDecodeError, decode_segment
 from actorq.quant import EncodedPolicy, build_policy_module, decode_policy
 from actorq.quant.precision import parse_precision, precision_name
 from actorq.redis_keys import RedisKeys
@@ -51,6 +56,8 @@ log = logging.getLogger(__name__)
 ACTION_RANGE = 2.0  # continuous actions are in [-1, 1] (actorq.envs)
 FP32 = policy_pb2.PRECISION_FP32
 DISCRETE_MEASURES = ("regret", "disagreement")
+GuardedSpec = MLPSpec | CNNSpec
+Probe = Callable[[int], np.ndarray | None]  # n -> up to n recent observations, or None
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ class GuardResult:
     before: Divergence  # the plain quantized policy
     after: Divergence  # the broadcast one (after fallbacks)
     fallback_layers: dict[str, str] = field(default_factory=dict)  # weight -> fp16/fp32
-    probe_source: str = "replay"  # or "synthetic" before any replay exists
+    probe_source: str = "replay"  # "segments" (on-policy pixels), "synthetic" before any
     probe_size: int = 0
     threshold: float = 0.0  # the limit applied: max(fixed threshold, lag_scale x lag)
     lag: Divergence | None = None  # the previous fp32 version against this one
@@ -176,10 +183,12 @@ class GuardResult:
 
 
 def fp32_outputs(
-    weights: Mapping[str, np.ndarray], spec: MLPSpec, probe: torch.Tensor
+    weights: Mapping[str, np.ndarray], spec: GuardedSpec, probe: torch.Tensor
 ) -> np.ndarray:
     """The fp32 policy's outputs straight from the weights (no blob round trip: the
     reference is computed for every version, so it must be cheap)."""
+    if isinstance(spec, CNNSpec):
+        return cnn_fp32_outputs(weights, spec, probe)
     x = probe
     if spec.input_norm:
         shift, scale = (torch.from_numpy(weights[n]) for n in (INPUT_SHIFT, INPUT_SCALE))
@@ -196,28 +205,85 @@ def fp32_outputs(
         return x.numpy()
 
 
-def _outputs(encoded: EncodedPolicy, spec: MLPSpec, probe: torch.Tensor) -> np.ndarray:
+def cnn_fp32_outputs(
+    weights: Mapping[str, np.ndarray], spec: CNNSpec, probe: torch.Tensor
+) -> np.ndarray:
+    """A CNN's fp32 outputs from uint8 (or float) frames [B, C, H, W], the ops an fp32
+    blob's actor module runs (actorq.quant.cnn_blob): frames x input_scale, conv + ReLU
+    per conv, flatten, addmm (+ ReLU but the last) per head Linear. act_max is unused:
+    it only sets int8 activation scales."""
+
+    def pair(prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
+        w, b = weights[f"{prefix}.weight"], weights[f"{prefix}.bias"]
+        return torch.from_numpy(w), torch.from_numpy(b)
+
+    with torch.inference_mode():
+        x = probe.float()
+        if spec.input_scale != 1.0:  # as ScaleInput: skipped at 1 so MinAtar stays exact
+            x = x * spec.input_scale
+        for i, (_out, _k, stride) in enumerate(spec.convs):
+            x = F.conv2d(x, *pair(f"convs.{2 * i}"), stride).relu_()
+        x = x.flatten(1)
+        count = len(spec.hidden) + 1
+        for j in range(count):
+            w, b = pair(f"head.{2 * j}")
+            x = torch.addmm(b, x, w.t())
+            if j < count - 1:
+                x = x.relu_()
+        return x.numpy()
+
+
+def _outputs(encoded: EncodedPolicy, spec: GuardedSpec, probe: torch.Tensor) -> np.ndarray:
     module = build_policy_module(decode_policy(encoded.envelope, expected_spec=spec))
     with torch.inference_mode():
         return module(probe).numpy()
+
+
+def synthetic_probe(spec: GuardedSpec, n: int) -> np.ndarray:
+    """Observations before any real ones exist (fixed seed, so versions compare alike).
+    MLPs: standard normal. CNNs: uniform uint8 frames whose scaled values span [0, 1],
+    the range both pixel families live in (Atari 0..255 x 1/255, MinAtar's 0/1 channels
+    x 1): frames past that range would saturate the int8 convs' act_max and fall back
+    for nothing."""
+    rng = np.random.default_rng(0)
+    if isinstance(spec, CNNSpec):
+        top = min(255, round(1.0 / spec.input_scale))
+        return rng.integers(0, top, (n, *spec.obs_shape), np.uint8, endpoint=True)
+    return rng.standard_normal((n, spec.obs_dim), np.float32)
+
+
+def _obs_shape(spec: GuardedSpec) -> tuple[int, ...]:
+    return spec.obs_shape if isinstance(spec, CNNSpec) else (spec.obs_dim,)
+
+
+def _as_probe(obs: np.ndarray | None, spec: GuardedSpec) -> torch.Tensor | None:
+    """`obs` as the policy's input (uint8 frames or float32 rows), None unless it holds
+    observations of this spec's shape."""
+    if obs is None or not len(obs) or obs.shape[1:] != _obs_shape(spec):
+        return None
+    dtype = np.uint8 if isinstance(spec, CNNSpec) else np.float32
+    return torch.from_numpy(np.ascontiguousarray(obs, dtype=dtype))
 
 
 class PolicyGuard:
     """Measures each version against fp32 and re-encodes it with fallbacks when needed."""
 
     def __init__(
-        self, config: GuardConfig, probe: Callable[[int], np.ndarray | None] | None = None
+        self, config: GuardConfig, probe: Probe | None = None, segment_probe: Probe | None = None
     ) -> None:
         self.config = config
-        self._probe = probe  # n -> recent observations [<= n, obs_dim], None when none
+        self._probe = probe  # replay: n -> recent observations [<= n, *obs], None when none
+        # On-policy runs write trajectory segments, not replay; read for CNN specs only
+        # (MLP probes stay replay or synthetic, as before CNNs were guarded).
+        self._segment_probe = segment_probe
         self._fallback = parse_precision(config.fallback)
-        self._previous: tuple[MLPSpec, dict[str, np.ndarray]] | None = None  # fp32 weights
+        self._previous: tuple[GuardedSpec, dict[str, np.ndarray]] | None = None  # fp32
         self._said_unguarded = False
 
     def covers(self, spec: object) -> bool:
-        """MLP policies only: the probe and the per-layer fallbacks are written for them.
-        Other policies (the CNNs of pixel envs) are broadcast unguarded, said once."""
-        if isinstance(spec, MLPSpec):
+        """MLP and CNN policies: the reference forward, the probe and the per-layer
+        fallbacks are written for them. Any other spec is broadcast unguarded, said once."""
+        if isinstance(spec, MLPSpec | CNNSpec):
             return True
         if not self._said_unguarded:
             log.warning("guard: %s policies are not measured; broadcasting them unguarded",
@@ -225,23 +291,27 @@ class PolicyGuard:
             self._said_unguarded = True
         return False
 
-    def threshold(self, spec: MLPSpec) -> float:
+    def threshold(self, spec: GuardedSpec) -> float:
         continuous = spec.output_activation == "tanh"
         return self.config.max_action_diff if continuous else self.config.max_disagreement
 
-    def probe_batch(self, spec: MLPSpec) -> tuple[torch.Tensor, str]:
-        obs = self._probe(self.config.probe_size) if self._probe is not None else None
-        if obs is not None and len(obs) and obs.shape[1] == spec.obs_dim:
-            return torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)), "replay"
-        # Before any replay (the first versions): standard normal observations.
-        rng = np.random.default_rng(0)
-        synthetic = rng.standard_normal((self.config.probe_size, spec.obs_dim), np.float32)
-        return torch.from_numpy(synthetic), "synthetic"
+    def probe_batch(self, spec: GuardedSpec) -> tuple[torch.Tensor, str]:
+        """Recent observations of the spec's shape and where they came from: replay, then
+        (CNNs) on-policy segments, else synthetic ones (the first versions)."""
+        n = self.config.probe_size
+        sources = [("replay", self._probe)]
+        if isinstance(spec, CNNSpec):
+            sources.append(("segments", self._segment_probe))
+        for name, source in sources:
+            probe = _as_probe(source(n), spec) if source is not None else None
+            if probe is not None:
+                return probe, name
+        return torch.from_numpy(synthetic_probe(spec, n)), "synthetic"
 
     def check(
         self,
         weights: Mapping[str, np.ndarray],
-        spec: MLPSpec,
+        spec: GuardedSpec,
         encoded: EncodedPolicy,
         encode: Callable[[Mapping[str, int]], EncodedPolicy],
     ) -> GuardResult:
@@ -288,10 +358,10 @@ class PolicyGuard:
         return measure(reference, fp32_outputs(previous[1], spec, probe))
 
     def _ranked_layers(self, spec, probe, reference, encode) -> list[str]:
-        """Weight matrices, worst first: the divergence each causes when it alone is
-        quantized (all others fp32)."""
+        """Weights (Linear matrices, conv kernels), worst first: the divergence each
+        causes when it alone is quantized (all others fp32)."""
         continuous = spec.output_activation == "tanh"
-        names = [n for n, shape in spec.weight_shapes().items() if len(shape) == 2]
+        names = [n for n, shape in spec.weight_shapes().items() if len(shape) >= 2]
         scores = {}
         for name in names:
             others_fp32 = {other: FP32 for other in names if other != name}
@@ -306,20 +376,48 @@ def _layer_score(reference: np.ndarray, candidate: np.ndarray, continuous: bool)
     return float(np.abs(candidate - reference).mean() / scale)
 
 
-def replay_probe(client: redis.Redis, keys: RedisKeys) -> Callable[[int], np.ndarray | None]:
-    """Probe source: observations of the newest replay batches (XREVRANGE), newest first."""
+def replay_probe(client: redis.Redis, keys: RedisKeys) -> Probe:
+    """Probe source: observations of the newest replay batches (XREVRANGE), newest first
+    (float32 rows, or uint8 frames [n, C, H, W] of pixel replay, format "3")."""
+
+    def decode(fields) -> np.ndarray | None:
+        try:
+            return decode_batch(fields).obs
+        except ReplayDecodeError:
+            return None
+
+    return _stream_probe(client, keys.replay_stream, decode)
+
+
+def segment_probe(client: redis.Redis, keys: RedisKeys) -> Probe:
+    """Probe source for on-policy runs (PPO and kin write trajectory segments, no replay):
+    the observations of the newest segments, [T, B, *obs] flattened to [T * B, *obs]."""
+
+    def decode(fields) -> np.ndarray | None:
+        try:
+            obs = decode_segment(fields).obs
+        except SegmentDecodeError:
+            return None
+        return obs.reshape(-1, *obs.shape[2:])
+
+    return _stream_probe(client, keys.trajectory_stream, decode, count=2)  # segments are big
+
+
+def _stream_probe(client: redis.Redis, stream: str, decode, count: int = 8) -> Probe:
+    """n -> up to n observations of the newest `count` entries of `stream`, newest first;
+    entries that do not decode, or whose observations differ in shape from the newest
+    one's, are skipped; None when there are none."""
 
     def probe(n: int) -> np.ndarray | None:
-        parts, have = [], 0
         try:
-            entries = client.xrevrange(keys.replay_stream, count=8)  # a few pushes
+            entries = client.xrevrange(stream, count=count)
         except redis.RedisError as exc:
-            log.debug("no probe from replay: %s", exc)
+            log.debug("no probe from %s: %s", stream, exc)
             return None
+        parts, have = [], 0
         for _id, fields in entries:
-            try:
-                obs = decode_batch(fields).obs
-            except ReplayDecodeError:
+            obs = decode(fields)
+            if obs is None or (parts and obs.shape[1:] != parts[0].shape[1:]):
                 continue
             parts.append(obs)
             have += len(obs)

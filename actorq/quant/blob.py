@@ -121,8 +121,8 @@ FALLBACK_PRECISIONS = (policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_FP32)
 def _check_fallbacks(fallbacks: Mapping[str, int], spec: MLPSpec) -> None:
     shapes = spec.weight_shapes()
     for name, precision in fallbacks.items():
-        if len(shapes.get(name, ())) != 2:
-            raise ValueError(f"fallback layer {name!r} is not a weight matrix of {spec}")
+        if len(shapes.get(name, ())) < 2:  # Linear [out, in] or conv [out, in, k, k]
+            raise ValueError(f"fallback layer {name!r} is not a weight of {spec}")
         if precision not in FALLBACK_PRECISIONS:
             raise ValueError(
                 f"fallback precision for {name!r} must be fp16 or fp32, got {precision}"

@@ -8,6 +8,10 @@ Actor module per precision (all built straight from the blob's tensors):
   `Int8Linear`. The observation is not kept in fp32 here, unlike the MLP's first layer:
   uint8 pixels are exact quint8 codes.
 - FP16 / FP32: fp32 convs and Linears over the (widened) weights.
+Precision is read per tensor, not per policy: the quantizer's guard may store some
+layers of an int8/int4 policy in fp16/fp32 (encode_policy(fallback_layers=...)). A float
+conv splits the int8 convs around it into separate `Int8ConvStack`s (each quantizes its
+float input with the act_max of the layer before it); a float head Linear is an fp32 one.
 Input: uint8 (or float) [B, C, H, W]; the module multiplies by the spec's input_scale.
 """
 
@@ -22,7 +26,6 @@ from actorq.models.cnn import ACT_MAX, CNNSpec
 from actorq.quant.arrays import PolicyArrays
 from actorq.quant.conv import make_int8_conv_stack
 from actorq.quant.int8 import DequantizedLinear, make_int8_linear
-from actorq.v1 import policy_pb2
 
 
 class ScaleInput(nn.Module):
@@ -51,34 +54,50 @@ class Flatten(nn.Module):
 
 
 def cnn_layers(arrays: PolicyArrays, spec: CNNSpec) -> list[nn.Module]:
-    """The actor's layers for a decoded cnn policy, at the blob's precision."""
-    tensors = arrays.tensors
-    quantized = arrays.precision in (policy_pb2.PRECISION_INT8, policy_pb2.PRECISION_INT4)
-
-    def float32(name: str) -> torch.Tensor:
-        return torch.from_numpy(arrays.float32(name))
-
-    convs = [
-        (f"convs.{2 * i}.weight", float32(f"convs.{2 * i}.bias"), stride)
-        for i, (_out, _k, stride) in enumerate(spec.convs)
-    ]
-    layers: list[nn.Module] = []
-    if quantized:
-        codes = [(*_codes(tensors[w].values, tensors[w].scales), b, s) for w, b, s in convs]
-        layers.append(make_int8_conv_stack(codes, float32(ACT_MAX), spec.input_scale))
-    else:
-        layers.append(ScaleInput(spec.input_scale))
-        layers += [FloatConv(float32(w), b, s) for w, b, s in convs]
+    """The actor's layers for a decoded cnn policy, each layer at its tensor's precision."""
+    layers = _conv_layers(arrays, spec)
     layers.append(Flatten())
     count = len(spec.hidden) + 1
     for j in range(count):
-        w, bias, relu = f"head.{2 * j}.weight", float32(f"head.{2 * j}.bias"), j < count - 1
-        if quantized:
-            q, scales = _codes(tensors[w].values, tensors[w].scales)
+        weight, relu = arrays.tensors[f"head.{2 * j}.weight"], j < count - 1
+        bias = torch.from_numpy(arrays.float32(f"head.{2 * j}.bias"))
+        if weight.scales is not None:  # int8 / int4 codes
+            q, scales = _codes(weight.values, weight.scales)
             layers.append(make_int8_linear(q, scales, bias, relu=relu))
         else:
-            layers.append(DequantizedLinear(float32(w), bias, relu))
+            layers.append(DequantizedLinear(torch.from_numpy(weight.to_float32()), bias, relu))
     return layers
+
+
+def _conv_layers(arrays: PolicyArrays, spec: CNNSpec) -> list[nn.Module]:
+    """Each run of consecutive int8 convs is one `Int8ConvStack` (activations stay quint8
+    inside it); a float conv is an fp32 conv + ReLU. An all-float policy is ScaleInput
+    then fp32 convs, an all-int8 one a single stack, as before fallbacks existed."""
+    act_max = torch.from_numpy(arrays.float32(ACT_MAX))
+    layers: list[nn.Module] = []
+    run: list[tuple] = []  # (codes, scales, bias, stride) of the current int8 run
+    for i, (_out, _k, stride) in enumerate(spec.convs):
+        weight = arrays.tensors[f"convs.{2 * i}.weight"]
+        bias = torch.from_numpy(arrays.float32(f"convs.{2 * i}.bias"))
+        if weight.scales is not None:
+            run.append((*_codes(weight.values, weight.scales), bias, stride))
+            continue
+        if run:
+            layers.append(_int8_run(run, i - len(run), act_max, spec.input_scale))
+            run = []
+        if i == 0:
+            layers.append(ScaleInput(spec.input_scale))
+        layers.append(FloatConv(torch.from_numpy(weight.to_float32()), bias, stride))
+    if run:
+        layers.append(_int8_run(run, len(spec.convs) - len(run), act_max, spec.input_scale))
+    return layers
+
+
+def _int8_run(run: list[tuple], first: int, act_max: torch.Tensor, input_scale: float):
+    """convs first..first + len(run) - 1 in int8: their input range is act_max[first] (the
+    scaled observation's, or the float conv's output before them), then their own."""
+    scale = input_scale if first == 0 else 1.0  # a later run's input is already scaled
+    return make_int8_conv_stack(run, act_max[first : first + len(run) + 1], scale)
 
 
 def _codes(values: np.ndarray, scales: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,12 +48,13 @@ WEIGHT_DTYPES: dict[int, tuple[int, ...]] = {
 vectors are always FLOAT32). Sparse int8 is read for 2-D weights only."""
 
 FALLBACK_DTYPES = (FLOAT16, FLOAT32)
-"""Float forms a 2-D weight may also take in an FP16/INT8/INT4 policy: the quantizer's guard
-stores a layer that quantizes badly at fp16 or fp32 (encode_policy(fallback_layers=...))."""
+"""Float forms a weight (2-D, or 4-D conv) may also take in an FP16/INT8/INT4 policy: the
+quantizer's guard stores a layer that quantizes badly at fp16 or fp32
+(encode_policy(fallback_layers=...))."""
 
 
 def allowed_weight_dtypes(precision: int) -> tuple[int, ...]:
-    """Wire DTypes a 2-D weight may have in a policy at `precision`."""
+    """Wire DTypes a weight (2-D or conv) may have in a policy at `precision`."""
     if precision == policy_pb2.PRECISION_FP32:
         return WEIGHT_DTYPES[precision]
     own = WEIGHT_DTYPES[precision]

@@ -9,7 +9,7 @@ import logging
 
 from actorq import metrics
 from actorq.config import QuantizerSettings, load_settings, redact_url
-from actorq.guard import GuardConfig, PolicyGuard, replay_probe
+from actorq.guard import GuardConfig, PolicyGuard, replay_probe, segment_probe
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
@@ -100,7 +100,9 @@ def _guard(settings: QuantizerSettings, client) -> PolicyGuard | None:
         probe_size=settings.guard_probe_size,
         fallback=settings.guard_fallback,
     )
-    return PolicyGuard(config, replay_probe(client, RedisKeys(settings.redis_prefix)))
+    keys = RedisKeys(settings.redis_prefix)
+    # On-policy pixel runs have no replay: their CNN probe reads trajectory segments.
+    return PolicyGuard(config, replay_probe(client, keys), segment_probe(client, keys))
 
 
 def _tls_mode(tls: TlsConfig) -> str:

@@ -151,17 +151,12 @@ def test_the_limit_grows_to_what_one_version_of_learning_changes() -> None:
             assert result.lag is None and result.threshold == 0.002 and result.fallback_layers
 
 
-def test_cnn_policies_are_broadcast_unguarded_and_said_once(caplog) -> None:
+def test_mlp_and_cnn_policies_are_covered() -> None:
     from actorq.models.cnn import cnn_spec_for
 
     guard = PolicyGuard(GuardConfig())
     assert guard.covers(MLPSpec(obs_dim=4, num_outputs=2, hidden=(8,)))
-    cnn = cnn_spec_for((4, 10, 10), 3)
-    with caplog.at_level("WARNING", logger="actorq.guard"):
-        assert not guard.covers(cnn) and not guard.covers(cnn)
-    assert [r.getMessage() for r in caplog.records].count(
-        f"guard: {type(cnn).__name__} policies are not measured; broadcasting them unguarded"
-    ) == 1
+    assert guard.covers(cnn_spec_for((4, 10, 10), 3))  # tests/unit/test_guard_cnn.py
 
 
 def test_bad_guard_settings_are_config_errors() -> None:
