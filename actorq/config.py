@@ -358,6 +358,11 @@ class LearnerSettings(CommonSettings):
     # Share of each batch drawn from episode-ending rows once settled (uniform replay only;
     # actorq.replay.sampler.TerminalShareSampler). 0 = plain uniform sampling.
     settle_terminal_share: float = 0.0
+    # Publish gate once settled (actorq.learner.publish_gate): a version is broadcast only
+    # if settle_validation_episodes greedy episodes on the learner's own envs average at
+    # least settle_validation_bar (None = settle_at); 0 episodes = no gate.
+    settle_validation_episodes: int = 0
+    settle_validation_bar: float | None = None
     # Behaviour vs learner gap (actorq.learner.behaviour): measured on every gap_every-th
     # sampled batch (0 = never); noise_sigma is the actors' Gaussian exploration (the same
     # ACTORQ_NOISE_SIGMA), the learner's policy density for log-ratios and n-step weights.
@@ -379,6 +384,15 @@ class LearnerSettings(CommonSettings):
         _check(
             0 < self.settle_lr_scale <= 1,
             f"settle_lr_scale: expected in (0, 1], got {self.settle_lr_scale}",
+        )
+        _check(
+            self.settle_validation_episodes >= 0,
+            f"settle_validation_episodes: expected >= 0, got {self.settle_validation_episodes}",
+        )
+        _check(
+            self.settle_validation_bar is None or math.isfinite(self.settle_validation_bar),
+            f"settle_validation_bar: expected a finite return or none, "
+            f"got {self.settle_validation_bar}",
         )
         _check(
             0 <= self.settle_terminal_share < 1,

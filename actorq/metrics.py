@@ -223,6 +223,11 @@ LEARNER_PUBLISH_SECONDS = Histogram(
     buckets=(1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0),
 )
 LEARNER_CHECKPOINTS = Counter("actorq_learner_checkpoints_total", "Checkpoints written.")
+LEARNER_GATED_VERSIONS = Counter(
+    "actorq_learner_gated_versions_total",
+    "Versions not broadcast because they failed the learner's validation once settled "
+    "(actorq.learner.publish_gate); actors keep the last version that passed.",
+)
 LEARNER_REPLAY_RATIO = Gauge(
     "actorq_learner_replay_ratio",
     "Samples per inserted transition the learner trains at now (lower once settled).",

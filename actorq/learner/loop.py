@@ -31,6 +31,7 @@ from actorq.learner.distributed import (
     broadcast_tensors,
     tensors_in,
 )
+from actorq.learner.publish_gate import PublishGate
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.learner.rlx2 import RLx2Learning
 from actorq.learner.settle import SolvedWatch, credit_per_update
@@ -164,8 +165,17 @@ class Learner:
         self.counters = LearnerCounters()
         self.settle = self._solved_watch()
         self.settled_at: int | None = None  # the update at which the run settled
+        self.gate = self._publish_gate()
+        self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
         metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
+
+    def _publish_gate(self) -> PublishGate | None:
+        s = self.s
+        if s.settle_at is None or s.settle_validation_episodes == 0:
+            return None
+        bar = s.settle_at if s.settle_validation_bar is None else s.settle_validation_bar
+        return PublishGate(s.env_id, s.settle_validation_episodes, bar, s.seed + 77_777)
 
     def _solved_watch(self) -> SolvedWatch | None:
         s = self.s  # LearnerSettings checks both ratios and refuses parallel learners
@@ -338,7 +348,7 @@ class Learner:
                 f"{self.settle.mean():.1f} >= {self.settle.threshold:g}"
             )
         if updates % self.s.publish_every == 0:
-            self.publisher.submit(self._snapshot())
+            self._publish()
         if updates % 10 == 0:
             self._report_progress()
         if self.checkpointer is not None and updates % self.s.checkpoint_every == 0:
@@ -384,6 +394,17 @@ class Learner:
     def _snapshot(self) -> Snapshot:
         return Snapshot(learner_step=self.counters.updates, weights=self.dqn.policy_weights())
 
+    def _publish(self) -> None:
+        """Submit the current weights; once settled with a gate, only those that pass
+        validation (actors keep the champion otherwise)."""
+        snapshot = self._snapshot()
+        if self.gate is not None and self.settled_at is not None:
+            if not self.gate.passes(snapshot.weights, self.spec):
+                metrics.LEARNER_GATED_VERSIONS.inc()
+                return
+            self.champion = snapshot.weights
+        self.publisher.submit(snapshot)
+
     # --- shutdown ---------------------------------------------------------------------
     def checkpoint(self) -> None:
         if self.checkpointer is None or self.publisher is None:
@@ -417,7 +438,12 @@ class Learner:
         if self.publisher is None:
             return
         self.publisher.close()
-        self.publisher.publish_now(self._snapshot(), timeout=10.0)
+        final = self._snapshot()
+        if self.champion is not None:  # a gated run ends on the last policy that passed
+            final = Snapshot(learner_step=final.learner_step, weights=self.champion)
+        self.publisher.publish_now(final, timeout=10.0)
+        if self.gate is not None:
+            self.gate.close()
         self._report_progress()
         self.checkpoint()
 

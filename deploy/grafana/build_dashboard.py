@@ -484,6 +484,14 @@ PANELS: list[tuple[str, list[Panel]]] = [
                 "once settled) and the one it achieved over the window.",
             ),
             Panel(
+                "Versions held back by the publish gate",
+                [_q("sum(increase(actorq_learner_gated_versions_total[$w]))", "held back")],
+                "short",
+                description="Once settled with ACTORQ_SETTLE_VALIDATION_EPISODES > 0, "
+                "versions whose greedy validation fell below the bar; actors keep the last "
+                "one that passed. 0 otherwise.",
+            ),
+            Panel(
                 "Learner waiting for replay",
                 [_q("sum(rate(actorq_learner_replay_wait_seconds_total[$w]))", "")],
                 "percentunit",

@@ -101,6 +101,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 **(learner.rlx2.status() if learner.rlx2 is not None else {}),
                 # Behaviour vs learner gap, n-step importance weights (learner.behaviour).
                 **learner.behaviour_status(),
+                # Publish gate once settled (actorq.learner.publish_gate).
+                **(learner.gate.counters() if learner.gate is not None else {}),
             },
         )
 

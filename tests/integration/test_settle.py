@@ -155,3 +155,52 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     # the optimizer's saved state carries the lowered rate; it is not lowered twice
     assert resumed.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
     resumed.publisher.close()
+
+
+@pytest.mark.parametrize(("bar", "publishes"), [(1e9, False), (-1e9, True)])
+def test_gate_holds_back_versions_that_fail_validation_once_settled(
+    redis_url: str,
+    redis_client: redis.Redis,
+    redis_keys: RedisKeys,
+    quantizer: str,
+    tmp_path: Path,
+    bar: float,
+    publishes: bool,
+) -> None:
+    for r in (100.0, 100.0, 100.0, 100.0):
+        _episode(redis_client, redis_keys, "eval", r)  # solved before the first update
+    learner = _learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, threading.Event(), 120,
+        dqn=DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3),
+        settle_at=50.0, settle_episodes=4, settle_validation_episodes=2,
+        settle_validation_bar=bar,
+    )  # fmt: skip
+    assert learner.settle is not None and learner.gate is not None
+    learner.settle.poll_seconds = 0.0
+    gated_before = metrics.LEARNER_GATED_VERSIONS._value.get()
+    learner.restore()
+    learner.start()
+    first = learner.version
+    actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=4000)
+    actor_thread = threading.Thread(target=actor.run)
+    actor_thread.start()
+    learner.train()
+    actor_thread.join(timeout=60)
+    learner.finish()
+    follower.stop()
+
+    assert learner.settled_at is not None and learner.settled_at <= 10
+    checks = learner.gate.checks
+    assert checks >= 10  # publish_every 10 over 120 updates, every one validated
+    assert learner.gate.env_steps > 0
+    gated = metrics.LEARNER_GATED_VERSIONS._value.get() - gated_before
+    if publishes:
+        # The publisher keeps only the newest submission while one is in flight, so
+        # fewer versions than checks; the start and final publications add 2.
+        assert gated == 0 and learner.version > first + 2
+        assert learner.champion is not None
+    else:
+        # Nothing after settling reached the bar: only the final publication (of the
+        # online weights, as no champion exists) moved the version.
+        assert gated == checks and learner.version <= first + 1
+        assert learner.champion is None

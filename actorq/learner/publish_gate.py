@@ -1,0 +1,98 @@
+"""Publish gate: once settled, broadcast a new version only if it still plays well.
+
+After a DQN run first solves CartPole, settling (actorq.learner.settle) slows learning
+down, yet most seeds still fall far below the solved return some 100k env steps later
+and relearn (BENCHMARKS 12k-12p): the learner keeps improving its loss while the greedy
+policy it publishes gets worse. Users of a trained agent want the deployed policy never to
+regress, as a model server keeps its champion until a challenger beats it.
+
+So, once settled, the learner validates each candidate version before publishing it:
+`episodes` greedy episodes of the fp32 policy on the learner's own envs (fresh start
+states every check). A candidate whose mean return reaches `bar` is published and becomes
+the champion; otherwise actors and the evaluator keep acting with the champion and the
+learner trains on. Validation episodes are real env steps: they are counted
+(`env_steps`) and reported beside the actors' own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from actorq.envs import make_vector_env
+from actorq.guard import fp32_outputs
+from actorq.models import MLPSpec
+from actorq.models.cnn import CNNSpec
+
+log = logging.getLogger(__name__)
+
+
+class PublishGate:
+    """Greedy validation of candidate versions on the learner's own envs."""
+
+    def __init__(
+        self, env_id: str, episodes: int, bar: float, seed: int, max_steps: int = 100_000
+    ) -> None:
+        if episodes < 1:
+            raise ValueError(f"validation episodes must be >= 1, got {episodes}")
+        if not np.isfinite(bar):
+            raise ValueError(f"validation bar must be a finite return, got {bar}")
+        self.env_id, self.episodes, self.bar = env_id, episodes, float(bar)
+        self.max_steps = max_steps  # vector steps per check: a safety net for endless play
+        self.seed = seed
+        self._env = None  # made on first use: most runs never settle
+        self.checks = 0
+        self.passed = 0
+        self.env_steps = 0
+        self.last_mean: float | None = None
+
+    def passes(self, weights: Mapping[str, np.ndarray], spec: MLPSpec | CNNSpec) -> bool:
+        """Play `episodes` greedy episodes with `weights`; True when their mean >= bar."""
+        returns = self._play(weights, spec)
+        self.checks += 1
+        self.last_mean = float(returns.mean())
+        ok = self.last_mean >= self.bar
+        self.passed += int(ok)
+        log.debug("validation %d: mean %.1f vs bar %g", self.checks, self.last_mean, self.bar)
+        return ok
+
+    def _play(self, weights: Mapping[str, np.ndarray], spec: MLPSpec | CNNSpec) -> np.ndarray:
+        if self._env is None:
+            self._env = make_vector_env(self.env_id, self.episodes, self.seed)
+        obs, _ = self._env.reset(seed=self.seed + 10_007 * (self.checks + 1))
+        returns = np.zeros(self.episodes)
+        running = np.ones(self.episodes, dtype=bool)
+        continuous = isinstance(spec, MLPSpec) and spec.output_activation == "tanh"
+        for _ in range(self.max_steps):
+            outputs = fp32_outputs(weights, spec, _as_probe(obs))
+            actions = outputs if continuous else outputs.argmax(axis=1)
+            obs, rewards, terminated, truncated, _ = self._env.step(actions)
+            self.env_steps += int(running.sum())
+            returns += np.where(running, rewards, 0.0)
+            running &= ~(terminated | truncated)
+            if not running.any():
+                break
+        return returns
+
+    def counters(self) -> dict[str, float]:
+        """GetStatus counters (the launcher's summary and metrics.jsonl read them)."""
+        return {
+            "validation_checks": float(self.checks),
+            "validation_passed": float(self.passed),
+            "validation_env_steps": float(self.env_steps),
+            "validation_last_mean": self.last_mean if self.last_mean is not None else 0.0,
+        }
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+
+
+def _as_probe(obs: np.ndarray) -> torch.Tensor:
+    """Observations as the fp32 forward takes them: float32, or uint8 pixels as they are."""
+    if obs.dtype == np.uint8:
+        return torch.from_numpy(np.ascontiguousarray(obs))
+    return torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))
