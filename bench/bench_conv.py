@@ -6,6 +6,8 @@ Rows: batch 1, 8, 32, 64 of uint8 [4, 84, 84] frames. Columns: ms per forward of
   activations, built from a real blob),
 - policy fp32 / int8: the whole actor module (convs + 512-unit head), fp32 blob vs int8
   blob through `quantized_policy_from_weights`.
+int8 runs once per `--engines` entry: the torch quantized engine the convs are packed
+under (ACTORQ_INT8_CONV_ENGINE; the Linear head keeps the process's engine).
 Each contestant runs in turn, `--rounds` times (interleaved, so machine noise hits both
 alike); the table gives medians and the fp32/int8 ratio. Weights: a randomly initialised
 Nature-CNN whose activation ranges come from one training-mode forward on the same frames.
@@ -16,6 +18,7 @@ Nature-CNN whose activation ranges come from one training-mode forward on the sa
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -24,6 +27,7 @@ import torch
 
 from actorq.algos.base import fp32_weights
 from actorq.models.cnn import CNNNetwork, cnn_spec_for
+from actorq.quant.conv import CONV_ENGINE_ENV
 from actorq.quant.policy_module import quantized_policy_from_weights
 
 
@@ -53,6 +57,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8,32,64")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.25, help="per contestant per round")
+    parser.add_argument("--engines", default="x86,onednn", help="engines to pack int8 convs under")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -64,20 +69,23 @@ def main() -> None:
     net.eval()
     weights = fp32_weights(net)
     fp32_policy = quantized_policy_from_weights(weights, spec, "fp32")
-    int8_policy = quantized_policy_from_weights(weights, spec, "int8")
-    conv_fp32 = torch.nn.Sequential(*fp32_policy.layers[: 1 + len(spec.convs)])
-    conv_int8 = int8_policy.layers[0]
     contestants = {
-        "conv fp32": conv_fp32,
-        "conv int8": conv_int8,
+        "conv fp32": torch.nn.Sequential(*fp32_policy.layers[: 1 + len(spec.convs)]),
         "policy fp32": fp32_policy,
-        "policy int8": int8_policy,
     }
-    print(f"# Nature-CNN, 1 thread, torch {torch.__version__}, engine "
+    engines = args.engines.split(",")
+    for engine in engines:
+        os.environ[CONV_ENGINE_ENV] = engine
+        int8_policy = quantized_policy_from_weights(weights, spec, "int8")
+        contestants[f"conv int8 {engine}"] = int8_policy.layers[0]
+        contestants[f"policy int8 {engine}"] = int8_policy
+    print(f"# Nature-CNN, 1 thread, torch {torch.__version__}, process engine "
           f"{torch.backends.quantized.engine}, CPU {cpu_model()}")  # fmt: skip
-    print("| batch | conv fp32 ms | conv int8 ms | conv speedup | policy fp32 ms | policy int8 ms"
-          " | policy speedup | frames/s int8 policy |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"# flags: {cpu_flags()}")
+    header = ["batch", "conv fp32 ms"] + [f"conv int8 {e} ms (speedup)" for e in engines]
+    header += ["policy fp32 ms"] + [f"policy int8 {e} ms (speedup)" for e in engines]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for batch in (int(b) for b in args.batches.split(",")):
         x = frames[:batch]
         times: dict[str, list[float]] = {k: [] for k in contestants}
@@ -85,12 +93,29 @@ def main() -> None:
             for name, module in contestants.items():
                 times[name].append(per_call_ms(module, x, args.seconds))
         med = {k: statistics.median(v) for k, v in times.items()}
-        print(
-            f"| {batch} | {med['conv fp32']:.3f} | {med['conv int8']:.3f} | "
-            f"{med['conv fp32'] / med['conv int8']:.2f}x | {med['policy fp32']:.3f} | "
-            f"{med['policy int8']:.3f} | {med['policy fp32'] / med['policy int8']:.2f}x | "
-            f"{batch / med['policy int8'] * 1e3:,.0f} |"
-        )
+        row = [str(batch)]
+        for part in ("conv", "policy"):
+            base = med[f"{part} fp32"]
+            row.append(f"{base:.3f}")
+            for engine in engines:
+                ms = med[f"{part} int8 {engine}"]
+                row.append(f"{ms:.3f} ({base / ms:.2f}x)")
+        print("| " + " | ".join(row) + " |")
+
+
+def cpu_flags() -> str:
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    present = set(line.split(":", 1)[1].split())
+                    return (
+                        " ".join(flag for flag in wanted if flag in present) or "none of interest"
+                    )
+    except OSError:
+        pass
+    return "unknown"
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ writes them and its decoders read them like any weight.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import warnings
 
 import torch
@@ -36,6 +38,13 @@ from actorq.quant.int8 import _SKIP_TORCH_FUNCTION
 
 MIN_ACT_MAX = 1e-3
 """Floor of a layer's activation range (an untrained layer's estimate may be 0)."""
+
+CONV_ENGINE_ENV = "ACTORQ_INT8_CONV_ENGINE"
+DEFAULT_CONV_ENGINE = "x86"
+"""torch's quantized engine the int8 convs are packed under (`ACTORQ_INT8_CONV_ENGINE`
+overrides it). A packed conv keeps its engine's kernel whatever the global engine is
+later, so the convs and the int8 Linear head (always packed under the global engine,
+fbgemm/x86) can each use the faster kernel; BENCHMARKS.md 15c compares them."""
 
 
 def _quiet():
@@ -49,12 +58,12 @@ def _quiet():
 class Int8ConvStack(nn.Module):
     """ReLU(conv) x N in int8: float or uint8 obs [B, C, H, W] -> float32 [B, C', H', W']."""
 
-    def __init__(self, packed: list, scales: list[float], input_scale: float) -> None:
+    def __init__(self, packed: list, scales: list[float], input_scale: float, engine: str) -> None:
         super().__init__()
         self._packed = packed
         self.in_scale, self.out_scales = scales[0], scales[1:]
         self.input_scale = input_scale
-        self.engine = torch.backends.quantized.engine
+        self.engine = engine
         overload = torch.ops.quantized.conv2d_relu.new  # the packed-weights overload
         self._op = getattr(overload, "_op", overload)  # see actorq.quant.int8._direct_overload
 
@@ -78,20 +87,44 @@ def make_int8_conv_stack(
     layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]],
     act_max: torch.Tensor,
     input_scale: float,
+    engine: str | None = None,
 ) -> Int8ConvStack:
     """Conv + ReLU layers from symmetric per-output-channel int8 codes.
 
     `layers`: (q_weight int8 [out, in, k, k], scales [out] > 0, bias [out] or None,
     stride) per conv; `act_max` [1 + len(layers)]: the scaled input's range, then each
-    layer's output range; `input_scale`: what observations are multiplied by first.
+    layer's output range; `input_scale`: what observations are multiplied by first;
+    `engine`: torch's quantized engine to pack under (default: `conv_engine()`).
     """
     if act_max.shape != (1 + len(layers),):
         raise ValueError(f"need {1 + len(layers)} act_max values, got shape {tuple(act_max.shape)}")
     if not (input_scale > 0 and math.isfinite(input_scale)):
         raise ValueError(f"input_scale must be finite and > 0, got {input_scale}")
-    packed = [_pack(*layer) for layer in layers]
+    engine = engine or conv_engine()
+    with _quantized_engine(engine):
+        packed = [_pack(*layer) for layer in layers]
     scales = [max(float(m), MIN_ACT_MAX) / 127.0 for m in act_max]
-    return Int8ConvStack(packed, scales, input_scale)
+    return Int8ConvStack(packed, scales, input_scale, engine)
+
+
+def conv_engine() -> str:
+    """The engine named by ACTORQ_INT8_CONV_ENGINE, else DEFAULT_CONV_ENGINE."""
+    engine = os.environ.get(CONV_ENGINE_ENV, "").strip() or DEFAULT_CONV_ENGINE
+    supported = [e for e in torch.backends.quantized.supported_engines if e != "none"]
+    if engine not in supported:
+        raise ValueError(f"{CONV_ENGINE_ENV}={engine!r}: this torch supports {supported}")
+    return engine
+
+
+@contextlib.contextmanager
+def _quantized_engine(engine: str):
+    """Pack under `engine`, then give the process its own engine back."""
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = previous
 
 
 def _pack(q_weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, stride: int):

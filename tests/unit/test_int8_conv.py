@@ -13,14 +13,15 @@ from actorq.quant import BlobError
 from actorq.quant.arrays import policy_arrays
 from actorq.quant.blob import decode_blob, decode_policy, encode_policy, policy_to_weights
 from actorq.quant.codec import quantize_int8_per_channel
-from actorq.quant.conv import make_int8_conv_stack
+from actorq.quant.conv import CONV_ENGINE_ENV, DEFAULT_CONV_ENGINE, make_int8_conv_stack
 from actorq.quant.delta import apply_delta, make_delta
 from actorq.quant.policy_module import build_policy_module, quantized_policy_from_weights
 from actorq.v1 import policy_pb2
 
 
+@pytest.mark.parametrize("engine", ["x86", "onednn"])
 @pytest.mark.parametrize("in_c,out_c,k,stride,hw", [(4, 32, 8, 4, 84), (4, 16, 3, 1, 10)])
-def test_int8_conv_within_the_quantization_error_bound(in_c, out_c, k, stride, hw) -> None:
+def test_int8_conv_within_the_quantization_error_bound(in_c, out_c, k, stride, hw, engine) -> None:
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(out_c, in_c, k, k, generator=gen) * 0.1
     b = torch.randn(out_c, generator=gen) * 0.01
@@ -33,9 +34,15 @@ def test_int8_conv_within_the_quantization_error_bound(in_c, out_c, k, stride, h
     exact = F.conv2d(x, w_hat, b, stride).relu()  # int8 weights, exact arithmetic
     ref = F.conv2d(x, w, b, stride).relu()  # fp32 weights
     act_max = float(exact.max()) * 0.5  # outputs above 2 x act_max saturate (0..255 codes)
+    process_engine = torch.backends.quantized.engine
     stack = make_int8_conv_stack(
-        [(codes, torch.from_numpy(scales), b, stride)], torch.tensor([1.0, act_max]), input_scale
+        [(codes, torch.from_numpy(scales), b, stride)],
+        torch.tensor([1.0, act_max]),
+        input_scale,
+        engine=engine,
     )
+    assert stack.engine == engine
+    assert torch.backends.quantized.engine == process_engine  # packing leaves it as it was
     with torch.inference_mode():
         y = stack(pixels)
         np.testing.assert_allclose(stack(pixels.float()).numpy(), y.numpy())
@@ -52,6 +59,18 @@ def test_int8_conv_within_the_quantization_error_bound(in_c, out_c, k, stride, h
     assert ((y - ref.clamp(max=top)).abs() <= bound + weight_bound).all()
     inside = ref < top * 0.95
     assert float((y - ref)[inside].norm() / ref[inside].norm()) < 0.02
+
+
+def test_conv_engine_comes_from_the_environment(monkeypatch) -> None:
+    codes = torch.ones(2, 1, 3, 3, dtype=torch.int8)
+    layer = [(codes, torch.ones(2), None, 1)]
+    monkeypatch.setenv(CONV_ENGINE_ENV, "onednn")
+    assert make_int8_conv_stack(layer, torch.ones(2), 1.0).engine == "onednn"
+    monkeypatch.setenv(CONV_ENGINE_ENV, "avx9000")
+    with pytest.raises(ValueError, match="ACTORQ_INT8_CONV_ENGINE='avx9000'"):
+        make_int8_conv_stack(layer, torch.ones(2), 1.0)
+    monkeypatch.delenv(CONV_ENGINE_ENV)
+    assert make_int8_conv_stack(layer, torch.ones(2), 1.0).engine == DEFAULT_CONV_ENGINE
 
 
 def test_int8_conv_rejects_bad_arguments() -> None:
