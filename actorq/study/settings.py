@@ -72,6 +72,13 @@ SETTINGS: dict[str, Setting] = {
             "Ape-X): the regime where actors' share of the CPU is largest; BENCHMARKS.md 16d",
         ),
         _setting(
+            "cartpole-dqn-512x3-spi0.125", "CartPole-v1", "dqn", (512, 512, 512),
+            envs_per_actor=16, max_seconds=240.0, samples_per_insert=0.125,
+            variables=(("ACTORQ_PUBLISH_EVERY", "30"),),
+            note="large policy, each transition sampled about once in eight: the learner "
+            "waits for actors, so actor inference bounds updates/s; BENCHMARKS.md 16g",
+        ),
+        _setting(
             "cartpole-dqn-512x3-pub300", "CartPole-v1", "dqn", (512, 512, 512),
             envs_per_actor=16, max_seconds=150.0,
             variables=(("ACTORQ_PUBLISH_EVERY", "300"),),
