@@ -79,10 +79,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "--settle-at",
         type=_settle_at,
         default="auto",
-        help="when the evaluator's 100-episode mean first reaches this return, the learner "
-        "drops to a replay ratio of 4 and a tenth of its learning rate for the rest of the "
-        "run, so a solved policy degrades less ('auto' = the env's reward threshold for dqn, "
-        "e.g. 475 on CartPole-v1, else never; 'none' = never; BENCHMARKS.md 12k)",
+        help="when one evaluator round (25 episodes, ACTORQ_SETTLE_EPISODES) first averages "
+        "this return, the learner goes back to the weights of the version that scored it, "
+        "drops to a replay ratio of 4 and stops changing its weights (learning rate x "
+        "ACTORQ_SETTLE_LR_SCALE, default 0) for the rest of the run, so a solved policy stays "
+        "solved ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1, else "
+        "never; 'none' = never; BENCHMARKS.md 12r, 12t)",
     )
     p.add_argument(
         "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"

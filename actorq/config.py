@@ -352,9 +352,15 @@ class LearnerSettings(CommonSettings):
     # over its last settle_episodes episodes first reaches settle_at, the replay ratio drops
     # to settle_samples_per_insert for the rest of the run. None = never.
     settle_at: float | None = None
-    settle_episodes: int = 100
+    settle_episodes: int = 25  # one evaluator round at its default 25 envs (12t)
     settle_samples_per_insert: float = 4.0
-    settle_lr_scale: float = 0.1  # the learning rate is multiplied by this when settling
+    # The learning rate is multiplied by this when settling. 0 (the default) freezes the
+    # weights: any rate > 0 let Adam's normalised steps walk a solved policy off (12r).
+    settle_lr_scale: float = 0.0
+    # On settling, load the weights of the version the evaluator measured (the newest one
+    # in its window that averaged the threshold) instead of the learner's current ones,
+    # which are 9-27 versions newer and may already be worse (BENCHMARKS.md 12t).
+    settle_rollback: bool = True
     # Share of each batch drawn from episode-ending rows once settled (uniform replay only;
     # actorq.replay.sampler.TerminalShareSampler). 0 = plain uniform sampling.
     settle_terminal_share: float = 0.0
@@ -382,8 +388,8 @@ class LearnerSettings(CommonSettings):
             f"settle_samples_per_insert: expected > 0, got {self.settle_samples_per_insert}",
         )
         _check(
-            0 < self.settle_lr_scale <= 1,
-            f"settle_lr_scale: expected in (0, 1], got {self.settle_lr_scale}",
+            0 <= self.settle_lr_scale <= 1,
+            f"settle_lr_scale: expected in [0, 1], got {self.settle_lr_scale}",
         )
         _check(
             self.settle_validation_episodes >= 0,

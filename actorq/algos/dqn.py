@@ -331,6 +331,14 @@ class DQNLearner:
         }
 
     @torch.no_grad()
+    def load_policy_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Set the online and the target net to `weights` (as `policy_weights` gives them),
+        in place, so the flat update's views of the parameters stay valid."""
+        state = {name: torch.from_numpy(np.asarray(w)) for name, w in weights.items()}
+        self.online.load_state_dict(state)
+        self.target.load_state_dict(state)
+
+    @torch.no_grad()
     def weights_checksum(self) -> float:
         """Sum of |w| over the online net: equal on data-parallel ranks that stay in sync."""
         return float(sum(p.double().abs().sum().item() for p in self.online.parameters()))

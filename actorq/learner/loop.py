@@ -164,6 +164,8 @@ class Learner:
         self.rng = np.random.default_rng(settings.seed)
         self.counters = LearnerCounters()
         self.settle = self._solved_watch()
+        if self.settle is not None and publisher is not None and settings.settle_rollback:
+            publisher.keep_weights_bytes = ROLLBACK_KEEP_BYTES
         self.settled_at: int | None = None  # the update at which the run settled
         self.gate = self._publish_gate()
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
@@ -366,20 +368,38 @@ class Learner:
         # Extra transitions credited per update on top of the batch actually sampled.
         self._credit = round(self.cfg.batch_size * (credit_per_update(base, low) - 1.0))
         metrics.LEARNER_REPLAY_RATIO.set(low)
-        # A resumed optimizer's state already holds the lowered learning rate.
+        # A resumed learner's weights and optimizer state are already the settled ones.
+        if resumed_at is None and self.s.settle_rollback:
+            self._roll_back_to_solved_version()
         if self.s.settle_lr_scale != 1.0 and resumed_at is None:
             scale_learning_rates(self.dqn, self.s.settle_lr_scale)
         if isinstance(self.sampler, TerminalShareSampler):
             self.sampler.share = self.s.settle_terminal_share
         log.info(
             "settled at update %d (%s): replay ratio %g -> %g samples per insert, "
-            "terminal rows %g of each batch",
+            "learning rate x %g, terminal rows %g of each batch",
             self.settled_at,
             why,
             base,
             low,
+            self.s.settle_lr_scale,
             getattr(self.sampler, "share", 0.0),
         )
+
+    def _roll_back_to_solved_version(self) -> None:
+        """Load the weights of the version the evaluator found solved (SolvedWatch)."""
+        assert self.settle is not None and self.publisher is not None
+        version = self.settle.solved_version()
+        weights = None if version is None else self.publisher.weights_of(version)
+        load = getattr(self.dqn, "load_policy_weights", None)
+        if weights is None or load is None:
+            log.warning(
+                "settling on the current weights: version %s is not held (or %s cannot "
+                "load policy weights)", version, self.s.algo,
+            )  # fmt: skip
+            return
+        load(weights)
+        log.info("settling on version %d, the one the evaluator measured", version)
 
     def _report_progress(self) -> None:
         """Tell actors how far sampling got (their side of the rate limiter)."""
@@ -474,6 +494,11 @@ class Learner:
         """Share of wall time spent sampling rows and copying them out of the mirror."""
         elapsed = time.perf_counter() - self.counters.started
         return self.counters.sample_seconds / elapsed if elapsed > 0 else 0.0
+
+
+# Recent published weights kept for settling's rollback: every version of a 64x64 policy
+# (18 KB each) for hundreds of versions, only the last few of a 1024-wide one.
+ROLLBACK_KEEP_BYTES = 32 * 2**20
 
 
 def scale_learning_rates(algorithm: object, scale: float) -> None:

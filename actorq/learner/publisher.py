@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,6 +59,11 @@ class WeightsPublisher:
         self.version = start_version
         self.failures = 0
         self.blob_bytes = 0
+        # Weights of the newest published versions, kept while they fit in this many bytes
+        # (0 = none): settling once solved rolls back to the version the evaluator measured.
+        self.keep_weights_bytes = 0
+        self._recent: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self._recent_lock = threading.Lock()
         self._slot: Snapshot | None = None
         self._cond = threading.Condition()
         self._closed = False
@@ -107,9 +113,24 @@ class WeightsPublisher:
             return self._on_error(exc, version)
         self.version = reply.version
         self.blob_bytes = reply.blob_bytes
+        self._remember(reply.version, snapshot.weights)
         metrics.LEARNER_PUBLISH_SECONDS.observe(time.perf_counter() - started)
         metrics.LEARNER_POLICY_VERSION.set(reply.version)
         return True
+
+    def weights_of(self, version: int) -> dict[str, np.ndarray] | None:
+        """The fp32 weights published as `version`, if still kept (see keep_weights_bytes)."""
+        with self._recent_lock:
+            return self._recent.get(version)
+
+    def _remember(self, version: int, weights: dict[str, np.ndarray]) -> None:
+        size = sum(w.nbytes for w in weights.values())
+        if size > self.keep_weights_bytes:
+            return
+        with self._recent_lock:
+            self._recent[version] = weights  # snapshots are copies, never reused
+            while len(self._recent) * size > self.keep_weights_bytes:
+                self._recent.popitem(last=False)
 
     def _on_error(self, exc: grpc.RpcError, version: int) -> bool:
         self.failures += 1

@@ -5,7 +5,9 @@ the replay ratio that solved it fastest (BENCHMARKS 12c/12f: 16 sampled per inse
 transition, every seed fell below 250 within 200k env steps, fp32 as int8), while a ratio
 of 4 stays solved but solves ~3x later. So the learner starts at the fast ratio and, the
 first time the evaluator's mean greedy return over its last `episodes` episodes reaches
-`threshold`, drops to the settled ratio for the rest of the run.
+`threshold`, drops to the settled ratio for the rest of the run, and multiplies its learning
+rate by `LearnerSettings.settle_lr_scale`: 0 by default, which freezes the weights, since at
+any rate above 0 Adam's normalised steps still walked solved policies off (BENCHMARKS 12r).
 
 The learner reads the evaluator's episodes from the same Redis stream the progress monitor
 reads (`RedisKeys.episodes_stream`). The lower ratio needs no message to the actors: each
@@ -48,6 +50,7 @@ class SolvedWatch:
         self.threshold, self.episodes = float(threshold), int(episodes)
         self.poll_seconds = poll_seconds
         self.recent: deque[float] = deque(maxlen=self.episodes)
+        self.versions: deque[int] = deque(maxlen=self.episodes)  # policy of each episode
         self.solved = False
         self._last_id: bytes | str = "0-0"
         self._next_poll = 0.0
@@ -86,8 +89,24 @@ class SolvedWatch:
         if episode.kind != "eval":
             return False
         self.recent.append(episode.episode_return)
+        self.versions.append(episode.policy_version)
         mean = self.mean()
         return mean is not None and mean >= self.threshold
+
+    def solved_version(self) -> int | None:
+        """The policy version to settle on: the newest one in the window whose own episodes
+        there average at least the threshold, else the newest one in the window.
+
+        The window mixes several versions (the evaluator plays one round per version), and
+        the learner has moved on by the time it reads the stream (9-27 versions in
+        BENCHMARKS 12t), so the weights in hand are not the ones that were measured."""
+        by_version: dict[int, list[float]] = {}
+        for version, episode_return in zip(self.versions, self.recent, strict=True):
+            by_version.setdefault(version, []).append(episode_return)
+        if not by_version:
+            return None
+        good = [v for v, rs in by_version.items() if sum(rs) / len(rs) >= self.threshold]
+        return max(good) if good else max(by_version)
 
 
 def credit_per_update(base_ratio: float, settled_ratio: float) -> float:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 
@@ -24,8 +27,10 @@ from tests.integration.test_learner_actor import _actor, _learner
 BATCH = 32
 
 
-def _episode(client: redis.Redis, keys: RedisKeys, kind: str, episode_return: float) -> None:
-    fields = Episode("test", kind, episode_return, 10, 1, 10, time.time()).fields()
+def _episode(
+    client: redis.Redis, keys: RedisKeys, kind: str, episode_return: float, version: int = 1
+) -> None:
+    fields = Episode("test", kind, episode_return, 10, version, 10, time.time()).fields()
     client.xadd(keys.episodes_stream, fields)
 
 
@@ -69,6 +74,7 @@ def test_watch_and_credit_refuse_bad_values(
         ({"ACTORQ_SETTLE_EPISODES": "0"}, "settle_episodes"),
         ({"ACTORQ_SETTLE_SAMPLES_PER_INSERT": "0"}, "settle_samples_per_insert"),
         ({"ACTORQ_SETTLE_LR_SCALE": "2"}, "settle_lr_scale"),
+        ({"ACTORQ_SETTLE_LR_SCALE": "-0.1"}, "settle_lr_scale"),
         ({"ACTORQ_SETTLE_AT": "475", "ACTORQ_WORLD_SIZE": "2"}, "one learner"),
         ({"ACTORQ_SETTLE_TERMINAL_SHARE": "1"}, "settle_terminal_share"),
         (
@@ -107,6 +113,39 @@ def _settling_learner(
     )
 
 
+@contextmanager
+def _training_with_an_actor(
+    learner: Learner,
+    redis_url: str,
+    keys: RedisKeys,
+    client: redis.Redis,
+    quantizer: str,
+    steps: int,
+) -> Iterator[None]:
+    """Restore and start `learner`, then train it on a CartPole actor's data; on leaving
+    the block, wait for both to finish and shut them down."""
+    learner.restore()
+    learner.start()
+    actor, follower = _actor(redis_url, keys, client, quantizer, steps=steps)
+    actor_thread = threading.Thread(target=actor.run)
+    actor_thread.start()
+    trainer = threading.Thread(target=learner.train)
+    trainer.start()
+    try:
+        yield
+    finally:
+        trainer.join(timeout=120)
+        actor_thread.join(timeout=60)
+        learner.finish()
+        follower.stop()
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_restart(
     redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
 ) -> None:
@@ -115,25 +154,14 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     learner.settle.poll_seconds = 0.0  # read the stream after every update
     for r in (10.0, 20.0, 30.0, 40.0):
         _episode(redis_client, redis_keys, "eval", r)  # mean 25: not solved
-    learner.restore()
-    learner.start()
-    actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=8000)
-    actor_thread = threading.Thread(target=actor.run)
-    actor_thread.start()
-    trainer = threading.Thread(target=learner.train)
-    trainer.start()
-    deadline = time.monotonic() + 60
-    while learner.counters.updates < 40 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert learner.settled_at is None  # training, but the evaluator has not solved
-    assert isinstance(learner.sampler, TerminalShareSampler) and learner.sampler.share == 0.0
-    assert metrics.LEARNER_REPLAY_RATIO._value.get() == 4.0
-    for r in (100.0, 100.0, 100.0):
-        _episode(redis_client, redis_keys, "eval", r)  # 40, 100, 100, 100: mean 85 >= 50
-    trainer.join(timeout=120)
-    actor_thread.join(timeout=60)
-    learner.finish()
-    follower.stop()
+    with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 8000):
+        _wait_until(lambda: learner.counters.updates >= 40)
+        assert learner.settled_at is None  # training, but the evaluator has not solved
+        assert isinstance(learner.sampler, TerminalShareSampler)
+        assert learner.sampler.share == 0.0
+        assert metrics.LEARNER_REPLAY_RATIO._value.get() == 4.0
+        for r in (100.0, 100.0, 100.0):
+            _episode(redis_client, redis_keys, "eval", r)  # 40, 100, 100, 100: mean 85 >= 50
 
     assert learner.counters.updates == 200
     settled_at = learner.settled_at
@@ -204,3 +232,48 @@ def test_gate_holds_back_versions_that_fail_validation_once_settled(
         # online weights, as no champion exists) moved the version.
         assert gated == checks and learner.version <= first + 1
         assert learner.champion is None
+
+
+def test_solved_version_is_the_newest_in_the_window_that_reached_the_threshold(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    watch = SolvedWatch(redis_client, redis_keys, threshold=100.0, episodes=6, poll_seconds=0)
+    assert watch.solved_version() is None
+    for version, r in ((3, 10.0), (4, 150.0), (4, 130.0), (5, 200.0), (5, 20.0), (6, 90.0)):
+        _episode(redis_client, redis_keys, "eval", r, version)
+    watch.poll()
+    # 4 averages 140 and 5 averages 110 (both >= 100); 6 is newer but averages 90
+    assert watch.solved_version() == 5
+    assert watch.solved  # the mean of the six is 100
+    for r in (10.0, 10.0, 10.0, 10.0, 10.0):
+        _episode(redis_client, redis_keys, "eval", r, 7)
+    later = SolvedWatch(redis_client, redis_keys, threshold=1e3, episodes=6, poll_seconds=0)
+    later.poll()  # reads all: its window is version 6 (90) and version 7 (10 x 5)
+    assert later.solved_version() == 7  # none reached it: the newest in the window
+
+
+def test_settling_rolls_back_to_the_version_the_evaluator_measured(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    learner = _learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, threading.Event(), 300,
+        dqn=DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3),
+        settle_at=50.0, settle_episodes=4, settle_samples_per_insert=1.0, settle_lr_scale=0.0,
+    )  # fmt: skip
+    assert learner.settle is not None and learner.publisher is not None
+    assert learner.publisher.keep_weights_bytes > 0
+    learner.settle.poll_seconds = 0.0
+    publisher = learner.publisher
+    with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 12000):
+        _wait_until(lambda: publisher.version >= 4)
+        measured = publisher.version - 2  # published, and older than the weights now
+        held = publisher.weights_of(measured)
+        assert held is not None
+        for r in (100.0, 100.0, 100.0, 100.0):
+            _episode(redis_client, redis_keys, "eval", r, measured)
+
+    assert learner.settled_at is not None and learner.counters.updates == 300
+    # Frozen (rate 0) on exactly the measured version's weights, not the newer ones.
+    now = learner.dqn.policy_weights()
+    assert now.keys() == held.keys()
+    assert all(np.array_equal(now[k], held[k]) for k in held)

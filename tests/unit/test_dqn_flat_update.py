@@ -14,6 +14,7 @@ import torch
 
 from actorq.algos import load_algorithm_config, make_algorithm
 from actorq.algos.dqn import DQNLearner
+from actorq.learner.loop import scale_learning_rates
 
 OBS, ACTIONS = 5, 3
 
@@ -262,3 +263,20 @@ def test_n_step_transitions_bootstrap_with_gamma_to_their_length(fast: bool) -> 
     ra = one.update(plain)
     rb = other.update({**plain, "steps": np.ones(8, np.uint8)})
     np.testing.assert_array_equal(ra.td_abs, rb.td_abs)
+
+
+def test_settling_with_a_zero_rate_freezes_both_paths_exactly() -> None:
+    """ACTORQ_SETTLE_LR_SCALE=0: later updates leave online and target weights bit for bit
+    as they were, while a scale of 0.5 still moves them (BENCHMARKS.md 12r)."""
+    rng = np.random.default_rng(3)
+    for scale, frozen in ((0.0, True), (0.5, False)):
+        for learner in pair():
+            for _ in range(10):
+                learner.update(make_batch(rng))
+            scale_learning_rates(learner, scale)
+            before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+            for _ in range(20):  # past a target sync (every 7)
+                learner.update(make_batch(rng))
+            for net in (learner.online, learner.target):
+                same = all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+                assert same == frozen, (scale, learner.fast)
