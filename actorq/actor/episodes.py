@@ -90,7 +90,11 @@ class EpisodeTracker:
         if not self.pending:
             return
         pipe = client.pipeline(transaction=False)
-        for episode in self.pending:
-            pipe.xadd(keys.episodes_stream, episode.fields(), maxlen=maxlen, approximate=True)
+        self.queue(pipe, keys, maxlen)
         pipe.execute()
         self.pending.clear()
+
+    def queue(self, pipe: redis.client.Pipeline, keys: RedisKeys, maxlen: int) -> None:
+        """Add the pending episodes to `pipe`; the caller clears `pending` once it ran."""
+        for episode in self.pending:
+            pipe.xadd(keys.episodes_stream, episode.fields(), maxlen=maxlen, approximate=True)

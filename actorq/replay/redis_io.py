@@ -62,11 +62,13 @@ class RedisReplayWriter:
             return 0
         pipe = self._client.pipeline(transaction=True)
         for batch in batches:
-            self._queue(pipe, batch)
+            self.queue(pipe, batch)
         pipe.execute()
         return sum(len(b) for b in batches)
 
-    def _queue(self, pipe: redis.client.Pipeline, batch: TransitionBatch) -> None:
+    def queue(self, pipe: redis.client.Pipeline, batch: TransitionBatch) -> None:
+        """Add one batch (its entry and its counter increment) to `pipe`, a MULTI/EXEC
+        pipeline the caller executes, possibly with other commands in the same trip."""
         fields: Any = encode_batch(batch, self.obs_codec)
         pipe.xadd(self._keys.replay_stream, fields, maxlen=self.maxlen_entries, approximate=True)
         pipe.incrby(self._keys.inserted_counter, len(batch))
