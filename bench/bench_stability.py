@@ -60,7 +60,10 @@ def stability(curve: list[tuple[int, float]], solve_at: float, window: int) -> d
     if first is None:
         return {"solved_at": None, "min_after": None, "covered": 0}
     after = [(s, m) for s, m in curve if first < s <= first + window]
-    covered = (after[-1][0] - first) if after else 0
+    # Watched up to the evaluator's last reading (inside the window or past it): once
+    # settled, its rounds land ~15-25k env steps apart, so the last one inside the
+    # window can fall short of its end in a run that went on well past it.
+    covered = min(curve[-1][0], first + window) - first
     return {
         "solved_at": first,
         "min_after": min((m for _, m in after), default=None),
