@@ -80,8 +80,20 @@ def init_group(cfg: DistConfig, device: str) -> None:
 
 
 def leave_group() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group once every rank has reached this point.
+
+    Without the barrier a rank could tear down its gloo pairs while a peer was still
+    finishing the last collective with it; gloo then aborts the process ("terminate called
+    without an active exception", seen about once in ten two-rank runs). StepAgreement
+    makes the ranks stop at the same step, so the barrier is the last collective on all.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.barrier()
+    except RuntimeError as exc:  # a peer died: leave anyway, there is nobody to wait for
+        log.warning("leaving the learner group without a final barrier: %s", exc)
+    dist.destroy_process_group()
 
 
 class GradientAverager:
