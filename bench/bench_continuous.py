@@ -44,6 +44,32 @@ def _run(args: argparse.Namespace, arm: str, seed: int, out: Path, extra: list[s
     return summary, final.mean
 
 
+def _gap(value: float, reference: float) -> float:
+    """Percent difference from `reference`, + = better (returns may be negative)."""
+    return 100 * (value - reference) / abs(reference) if reference else 0.0
+
+
+def _arm_summary(name: str, values: list[float], ref_name: str, ref: list[float]) -> str:
+    """Mean +- sd, median, and Welch's t against the reference arm: with a few seeds a
+    single run that fails to learn moves the mean, so the median is shown beside it."""
+    if not values:
+        return f"{name:>9}: no run finished"
+    mean, median = statistics.mean(values), statistics.median(values)
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    line = (
+        f"{name:>9}: mean {mean:8.1f} +- {spread:.1f} (sd over {len(values)} seeds; "
+        f"{_gap(mean, statistics.mean(ref or [0.0])):+.1f}% vs {ref_name}), median {median:.1f} "
+        f"({_gap(median, statistics.median(ref or [0.0])):+.1f}%)"
+    )
+    if name != ref_name and len(values) > 1 and len(ref) > 1:
+        variance_of_means = statistics.variance(values) / len(values)
+        variance_of_means += statistics.variance(ref) / len(ref)
+        se = variance_of_means**0.5
+        if se > 0:
+            line += f", Welch t {(mean - statistics.mean(ref)) / se:+.2f}"
+    return line + ("" if name != ref_name else "; + = better")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", default="td3")
@@ -78,19 +104,9 @@ def main() -> None:
                 f"{final:>15.1f}",
                 flush=True,
             )
-    print(f"\nmean final return over the seeds that ran ({args.episodes} episodes each):")
-    reference = statistics.mean(finals[precisions[0]] or [0.0])
+    print(f"\nfinal return over the seeds that ran ({args.episodes} episodes each):")
     for precision in precisions:
-        if not finals[precision]:
-            print(f"{precision:>9}: no run finished")
-            continue
-        mean = statistics.mean(finals[precision])
-        spread = statistics.stdev(finals[precision]) if len(finals[precision]) > 1 else 0.0
-        gap = 100 * (mean - reference) / abs(reference) if reference else 0.0
-        print(
-            f"{precision:>9}: {mean:8.1f} +- {spread:.1f} (sd over {len(finals[precision])} "
-            f"seeds; {gap:+.1f}% vs {precisions[0]}, + = better)"
-        )
+        print(_arm_summary(precision, finals[precision], precisions[0], finals[precisions[0]]))
     print(f"run folders: {out}")
 
 
