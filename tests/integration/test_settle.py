@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from actorq.learner.loop import Learner
 from actorq.learner.settle import SolvedWatch, credit_per_update
 from actorq.redis_keys import RedisKeys
 from actorq.replay import TerminalShareSampler
+from actorq.testing.waiting import wait_for
 from tests.integration.test_learner_actor import _actor, _learner
 
 BATCH = 32
@@ -140,12 +141,6 @@ def _training_with_an_actor(
         follower.stop()
 
 
-def _wait_until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_restart(
     redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
 ) -> None:
@@ -155,7 +150,7 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     for r in (10.0, 20.0, 30.0, 40.0):
         _episode(redis_client, redis_keys, "eval", r)  # mean 25: not solved
     with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 8000):
-        _wait_until(lambda: learner.counters.updates >= 40)
+        wait_for(lambda: learner.counters.updates >= 40, timeout=60)
         assert learner.settled_at is None  # training, but the evaluator has not solved
         assert isinstance(learner.sampler, TerminalShareSampler)
         assert learner.sampler.share == 0.0
@@ -265,7 +260,7 @@ def test_settling_rolls_back_to_the_version_the_evaluator_measured(
     learner.settle.poll_seconds = 0.0
     publisher = learner.publisher
     with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 12000):
-        _wait_until(lambda: publisher.version >= 4)
+        wait_for(lambda: publisher.version >= 4, timeout=60)
         measured = publisher.version - 2  # published, and older than the weights now
         held = publisher.weights_of(measured)
         assert held is not None
