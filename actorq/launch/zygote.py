@@ -71,18 +71,19 @@ def main() -> None:
 
 
 def _fork_service(request: dict) -> int:
+    zygote_pid = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child never returns from here
-        _run_child(request)
+        _run_child(request, zygote_pid)
     _reply({"pid": pid})
     return pid
 
 
-def _run_child(request: dict) -> None:
+def _run_child(request: dict, zygote_pid: int) -> None:
     code = 1
     try:
         os.setsid()
-        die_with_parent(int(request.get("niceness", 0)))
+        die_with_parent(int(request.get("niceness", 0)), parent_pid=zygote_pid)
         fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -146,6 +147,9 @@ def _reply(message: dict) -> None:
 
 
 # --- the launcher's side ------------------------------------------------------------------
+# The exit code reported for a child whose zygote was killed before reporting its exit
+# (the child was killed with it; its real status is lost): SIGKILL's, as the kernel sent.
+LOST_WITH_ZYGOTE = -signal.SIGKILL
 LAUNCH_MODE_VAR = "ACTORQ_LAUNCH_MODE"  # "fork" (default): through the zygote; "spawn"
 
 
@@ -159,6 +163,7 @@ class Zygote:
         self._exits: dict[int, int] = {}
         self._cpu: dict[int, float] = {}  # CPU seconds of exited children (wait4 rusage)
         self._exited = threading.Condition()
+        self._gone = False  # the zygote's stdout ended: no more exits will be reported
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
 
@@ -203,7 +208,12 @@ class Zygote:
 
     def wait_exit(self, pid: int, timeout: float | None) -> int | None:
         with self._exited:
-            self._exited.wait_for(lambda: pid in self._exits, timeout)
+            self._exited.wait_for(lambda: pid in self._exits or self._gone, timeout)
+            if pid not in self._exits and self._gone:
+                # The zygote died (killed from outside) before reporting this child. Its
+                # children die with it (PR_SET_PDEATHSIG) and are not ours to reap, so
+                # waiting longer would hang the launcher's shutdown forever.
+                self._exits[pid] = LOST_WITH_ZYGOTE
         return self._exits.get(pid)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -222,16 +232,23 @@ class Zygote:
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
-        for raw in self._proc.stdout:
-            message = json.loads(raw)
-            if "pid" in message:
-                self._pids.put(int(message["pid"]))
-            elif "exit" in message:
-                with self._exited:
-                    if "cpu" in message:
-                        self._cpu[int(message["exit"])] = float(message["cpu"])
-                    self._exits[int(message["exit"])] = int(message["code"])
-                    self._exited.notify_all()
+        try:
+            for raw in self._proc.stdout:
+                self._handle(json.loads(raw))
+        finally:
+            with self._exited:
+                self._gone = True
+                self._exited.notify_all()
+
+    def _handle(self, message: dict) -> None:
+        if "pid" in message:
+            self._pids.put(int(message["pid"]))
+        elif "exit" in message:
+            with self._exited:
+                if "cpu" in message:
+                    self._cpu[int(message["exit"])] = float(message["cpu"])
+                self._exits[int(message["exit"])] = int(message["code"])
+                self._exited.notify_all()
 
 
 class ZygoteChild:

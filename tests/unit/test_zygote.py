@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from actorq.launch.processes import ServiceProcess
-from actorq.launch.zygote import Zygote
+from actorq.launch.zygote import LOST_WITH_ZYGOTE, Zygote
 
 MODULE = "actorq.testing.zygote_child"
 LIGHT = ("json",)  # the real preload (torch & co.) is exercised by every `actorq run` test
@@ -103,3 +104,33 @@ def test_cpu_seconds_of_a_forked_service_are_reported_after_its_exit(zygote, tmp
     cpu = proc.cpu_seconds()
     assert cpu is not None and cpu > 0.1
     assert proc.final_cpu_seconds == cpu
+
+
+def test_wait_returns_when_the_zygote_is_killed_before_reporting(monkeypatch, tmp_path) -> None:
+    # `pkill -f actorq` kills the zygote beside the services: the launcher's shutdown used
+    # to wait forever for exits that the dead zygote could no longer report.
+    monkeypatch.setenv("ACTORQ_LAUNCH_MODE", "fork")
+    z = Zygote.start(LIGHT)
+    assert z is not None
+    env = {**os.environ, "ACTORQ_TEST_SLEEP": "1"}
+    child = z.spawn(MODULE, env, str(tmp_path / "c.log"), niceness=0)
+    os.kill(z._proc.pid, signal.SIGKILL)
+    codes: list[int] = []
+    waiter = threading.Thread(target=lambda: codes.append(child.wait()), daemon=True)
+    waiter.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive(), "wait() hung after the zygote died"
+    assert codes == [LOST_WITH_ZYGOTE]
+    deadline = time.monotonic() + 10  # the kernel kills the child with its parent
+    while _running(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child.pid)
+    z.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
