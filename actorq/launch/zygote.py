@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 from actorq.procutil import die_with_parent
 
@@ -191,13 +192,24 @@ class Zygote:
         with self._lock:
             if self._proc.poll() is not None or self._proc.stdin is None:
                 raise RuntimeError(f"the service zygote exited ({self._proc.returncode})")
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
-            self._proc.stdin.flush()
             try:
-                pid = self._pids.get(timeout=120)
-            except queue.Empty as exc:
-                raise RuntimeError("the service zygote did not fork within 120 s") from exc
+                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.flush()
+            except BrokenPipeError:
+                raise RuntimeError(f"the service zygote exited ({self._proc.poll()})") from None
+            pid = self._next_pid(deadline=time.monotonic() + 120)
         return ZygoteChild(self, pid)
+
+    def _next_pid(self, deadline: float) -> int:
+        while True:  # in slices, so that a zygote that died fails the spawn at once
+            try:
+                return self._pids.get(timeout=0.2)
+            except queue.Empty:
+                if self._gone:
+                    code = self._proc.poll()
+                    raise RuntimeError(f"the service zygote exited ({code})") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the service zygote did not fork within 120 s") from None
 
     def exit_code(self, pid: int) -> int | None:
         return self._exits.get(pid)

@@ -128,6 +128,18 @@ def test_wait_returns_when_the_zygote_is_killed_before_reporting(monkeypatch, tm
     z.close()
 
 
+def test_spawn_fails_at_once_once_the_zygote_is_dead(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("ACTORQ_LAUNCH_MODE", "fork")
+    z = Zygote.start(LIGHT)
+    assert z is not None
+    os.kill(z._proc.pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="zygote exited"):
+        z.spawn(MODULE, dict(os.environ), str(tmp_path / "c.log"), niceness=0)
+    assert time.monotonic() - started < 30  # not the 120 s fork timeout
+    z.close()
+
+
 def _running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
