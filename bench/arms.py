@@ -6,6 +6,7 @@ Shared by the bench scripts (run as `python bench/NAME.py`, so this folder is on
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
 
@@ -28,12 +29,29 @@ def arm_folder(arm: str) -> str:
 
 def run_quietly(cmd: list[str], env: dict[str, str]) -> int:
     """Run `cmd` (an `actorq run`) with ACTORQ_* `env` on top of ours, output discarded:
-    the run folder is what the benches read. Returns the exit code."""
-    done = subprocess.run(
-        cmd,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
+    the run folder is what the benches read. Returns the exit code. If the bench is stopped
+    (Ctrl-C or SIGTERM), the run gets SIGTERM and time to stop its services before the bench
+    exits, so no run outlives the bench that started it."""
+    child = subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    return done.returncode
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        try:
+            child.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+STOP_SECONDS = 120  # a run's own shutdown waits up to 15 s per service group
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

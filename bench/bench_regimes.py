@@ -22,10 +22,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from arms import run_quietly
 
 
 def cpu_label() -> str:
@@ -62,7 +63,9 @@ def run_one(args, hidden: str, spi: str, precision: str, seed: int, out: Path) -
         "--settle-at", "none", "--max-env-steps", "100000000",
         "--max-seconds", str(args.seconds), "--run-dir", str(run_dir),
     ]  # fmt: skip
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    code = run_quietly(cmd, {})
+    if code != 0:
+        raise SystemExit(f"run failed (exit {code}): see {run_dir}/logs")
     return steady_rates(run_dir, args.skip)
 
 

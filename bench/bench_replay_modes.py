@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from arms import run_quietly
 
 TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "MountainCar-v0": -110.0}
 CONFIGS = [("uniform", 1), ("prioritized", 1), ("uniform", 2), ("prioritized", 2)]
@@ -29,7 +30,7 @@ def run_one(env: str, replay: str, learners: int, seed: int, out: Path, budget: 
     cmd = [sys.executable, "-m", "actorq", "run", "--env", env, "--replay", replay]
     cmd += ["--learners", str(learners), "--seed", str(seed), "--run-dir", str(run_dir)]
     cmd += ["--target-return", str(TARGETS[env]), "--max-seconds", str(budget)]
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    run_quietly(cmd, {})
     return json.loads((run_dir / "summary.json").read_text())
 
 

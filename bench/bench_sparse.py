@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from arms import run_quietly
 
 from actorq.ptq import load_policy, run_study
 
@@ -32,9 +33,9 @@ def _run(args: argparse.Namespace, sparsity: float, seed: int, out: Path, extra:
         *("--max-env-steps", str(args.env_steps), "--target-return", "none"),
         *("--max-seconds", str(args.max_seconds), *extra),
     ]
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    code = run_quietly(cmd, {})
     if not (run_dir / "summary.json").exists():
-        print(f"{sparsity:>8g} {seed:>4} | run failed (exit {proc.returncode}): {run_dir}/logs")
+        print(f"{sparsity:>8g} {seed:>4} | run failed (exit {code}): {run_dir}/logs")
         return None
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = {r.bits: r.mean for r in run_study(load_policy(run_dir), (32, 8), args.episodes)}

@@ -17,11 +17,12 @@ import datetime as dt
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from arms import run_quietly
 
 LINE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d\d\d) .* acting on ")
 
@@ -55,9 +56,8 @@ def one_run(mode: str, out: Path, index: int, extra: list[str] = ()) -> float | 
         str(run_dir),
         *extra,
     ]
-    env = {**os.environ, "ACTORQ_LAUNCH_MODE": mode}
     launched = time.time()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    run_quietly(cmd, {"ACTORQ_LAUNCH_MODE": mode})
     return first_step_after(launched, run_dir)
 
 
