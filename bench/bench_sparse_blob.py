@@ -146,26 +146,36 @@ def kernels_table(widths: list[int], repeats: int) -> None:
             )
 
 
+CODECS = {"xz": policy_pb2.DELTA_CODEC_XZ, "zlib": policy_pb2.DELTA_CODEC_ZLIB}
+
+
 def delta_table(cases: list[tuple[str, str, tuple[int, ...]]], versions: int) -> None:
     print(
         f"\n3. delta between consecutive versions (publish every 50 updates, {versions} versions)"
     )
     print(
-        f"{'run':>26} | {'full int8':>9} | {'delta p10':>9} | {'median':>7} | {'p90':>7} | "
-        f"{'codes changed':>13} | {'apply ms':>8}  (sizes / dense fp32 blob)"
+        f"{'run':>26} | {'codec':>5} | {'full int8':>9} | {'delta p10':>9} | {'median':>7} | "
+        f"{'p90':>7} | {'codes changed':>13} | {'make ms':>7} | {'apply ms':>8}"
+        "  (sizes / dense fp32 blob)"
     )
     for env_id, algo, hidden in cases:
-        previous, ratios, changed, apply_ms, full = None, [], [], [], 0.0
+        previous, full, changed = None, 0.0, []
+        ratios: dict[str, list[float]] = {name: [] for name in CODECS}
+        make_ms: dict[str, list[float]] = {name: [] for name in CODECS}
+        apply_ms: dict[str, list[float]] = {name: [] for name in CODECS}
         for v, (spec, weights) in enumerate(policy_versions(env_id, algo, hidden, versions), 1):
             encoded = encode_policy(weights, spec, INT8, v, v * 50)
             dense = dense_fp32_blob_bytes(encoded)
             full = encoded.blob_bytes / dense
             if previous is not None:
-                delta = make_delta(previous.arrays, encoded) or b""
-                ratios.append(len(delta) / dense)
-                start = time.perf_counter()
-                apply_delta(previous.arrays, delta, expected_sha256=encoded.sha256)
-                apply_ms.append(1e3 * (time.perf_counter() - start))
+                for name, codec in CODECS.items():
+                    start = time.perf_counter()
+                    delta = make_delta(previous.arrays, encoded, codec=codec) or b""
+                    make_ms[name].append(1e3 * (time.perf_counter() - start))
+                    ratios[name].append(len(delta) / dense)
+                    start = time.perf_counter()
+                    apply_delta(previous.arrays, delta, expected_sha256=encoded.sha256)
+                    apply_ms[name].append(1e3 * (time.perf_counter() - start))
                 codes = [
                     (t.values != previous.arrays.tensors[n].values).mean()
                     for n, t in encoded.arrays.tensors.items()
@@ -173,12 +183,15 @@ def delta_table(cases: list[tuple[str, str, tuple[int, ...]]], versions: int) ->
                 ]
                 changed.append(float(np.average(codes)))
             previous = encoded
-        q = np.quantile(ratios, [0.1, 0.5, 0.9])
         label = f"{algo} {env_id} {'x'.join(map(str, hidden))}"
-        print(
-            f"{label:>26} | {full:>9.4f} | {q[0]:>9.4f} | {q[1]:>7.4f} | {q[2]:>7.4f} | "
-            f"{statistics.mean(changed):>13.3f} | {statistics.median(apply_ms):>8.2f}"
-        )
+        for name in CODECS:
+            q = np.quantile(ratios[name], [0.1, 0.5, 0.9])
+            print(
+                f"{label:>26} | {name:>5} | {full:>9.4f} | {q[0]:>9.4f} | {q[1]:>7.4f} | "
+                f"{q[2]:>7.4f} | {statistics.mean(changed):>13.3f} | "
+                f"{statistics.median(make_ms[name]):>7.2f} | "
+                f"{statistics.median(apply_ms[name]):>8.2f}"
+            )
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 Consecutive versions share most of their int8 codes, so the quantizer can send the
 difference: for each array of the policy (in spec order, each weight's values and then
-its scales, each bias), target minus base, concatenated and zlib-compressed. int8 codes
+its scales, each bias), target minus base, concatenated and compressed (xz up to
+XZ_MAX_RAW_BYTES of diff, zlib above, where xz would cost the quantizer too long). int8 codes
 subtract byte-wise modulo 256 (mostly zeros and +-1); float arrays XOR their IEEE bit
 patterns (0 where unchanged). Sparse layers need nothing special: their codes travel as
 dense matrices here, so a grown or dropped weight is one changed code.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import lzma
 import zlib
 from typing import TYPE_CHECKING, cast
 
@@ -36,6 +38,21 @@ if TYPE_CHECKING:
 
 ZLIB_LEVEL = 6
 """zlib level of the diff: level 9 saved under 1% more on real policies, at 2-3x the time."""
+
+XZ_PRESET = 6
+"""xz preset of the diff: on TD3 Pendulum 256x256 deltas, 16% smaller than zlib level 6
+(median 0.062 of the dense fp32 blob against 0.074), at ~25 ms per delta against ~7 ms;
+xz's fastest preset saved only 2% (BENCHMARKS.md 14)."""
+
+XZ_MAX_RAW_BYTES = 1 << 20
+"""Diffs up to this size are xz-compressed and larger ones zlib-compressed: xz runs at
+~3 MB/s here, so a 1024x1024x1024 policy's 3 MB diff would take the quantizer ~1 s."""
+
+XZ_MEMLIMIT = 64 << 20
+"""Decoder memory cap: the xz header names its dictionary size, and a forged delta must
+not make an actor allocate more than this (preset 6 needs ~9 MiB)."""
+
+_CODEC_NAMES = {policy_pb2.DELTA_CODEC_ZLIB: "zlib", policy_pb2.DELTA_CODEC_XZ: "xz"}
 
 
 def _parts(arrays: PolicyArrays) -> list[tuple[str, np.ndarray]]:
@@ -69,10 +86,14 @@ def _undiff(base: np.ndarray, diff: np.ndarray) -> np.ndarray:
 
 
 def make_delta(
-    base: PolicyArrays, target: EncodedPolicy, keys: PolicyKeys | None = None
+    base: PolicyArrays,
+    target: EncodedPolicy,
+    keys: PolicyKeys | None = None,
+    codec: int | None = None,
 ) -> bytes | None:
     """Delta envelope from `base` to `target`, or None when they cannot be diffed
-    (different spec or precision, base not newer, base digest unknown)."""
+    (different spec or precision, base not newer, base digest unknown). `codec`: a
+    DeltaCodec value, or None for xz up to XZ_MAX_RAW_BYTES of diff and zlib above."""
     new = target.arrays
     if (
         new.spec != base.spec
@@ -83,6 +104,13 @@ def make_delta(
     ):
         return None
     diffs = [_diff(b, t) for (_, b), (_, t) in zip(_parts(base), _parts(new), strict=True)]
+    raw = b"".join(d.tobytes() for d in diffs)
+    if codec is None:
+        codec = (
+            policy_pb2.DELTA_CODEC_XZ
+            if len(raw) <= XZ_MAX_RAW_BYTES
+            else policy_pb2.DELTA_CODEC_ZLIB
+        )
     delta = policy_pb2.PolicyDelta(
         base_version=base.version,
         base_sha256=base.sha256,
@@ -90,8 +118,8 @@ def make_delta(
         target_sha256=target.sha256,
         target_hmac_sha256=target.hmac_sha256,
         target_key_id=target.key_id,
-        codec=policy_pb2.DELTA_CODEC_ZLIB,
-        diff=zlib.compress(b"".join(d.tobytes() for d in diffs), ZLIB_LEVEL),
+        codec=cast(policy_pb2.DeltaCodec, codec),
+        diff=_compress(raw, codec),
     )
     payload = delta.SerializeToString()
     envelope = policy_pb2.PolicyEnvelope(payload=payload, sha256=hashlib.sha256(payload).digest())
@@ -135,7 +163,7 @@ def apply_delta(
     _check_applies(delta, base, expected_sha256)
     parts = _parts(base)
     expected_len = sum(values.nbytes for _, values in parts)
-    raw = _decompress(delta.diff, expected_len)
+    raw = _decompress(delta.diff, expected_len, delta.codec)
     tensors: dict[str, TensorArrays] = {}
     offset = 0
     rebuilt: dict[str, np.ndarray] = {}
@@ -170,22 +198,42 @@ def _check_applies(
         raise BlobError("delta changes the model spec or precision; only full blobs may")
     if header.tensors:
         raise BlobError("delta header must carry no tensors")
-    if delta.codec != policy_pb2.DELTA_CODEC_ZLIB:
-        raise BlobError(f"delta codec value {delta.codec} is not supported (1 = zlib)")
+    if delta.codec not in _CODEC_NAMES:
+        raise BlobError(f"delta codec value {delta.codec} is not supported (1 = zlib, 2 = xz)")
     if expected_sha256 is not None and delta.target_sha256 != expected_sha256:
         raise BlobError("delta target sha256 differs from the announced one")
 
 
-def _decompress(data: bytes, expected_len: int) -> bytes:
-    inflater = zlib.decompressobj()
+def _compress(raw: bytes, codec: int) -> bytes:
+    if codec == policy_pb2.DELTA_CODEC_XZ:
+        return lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE, preset=XZ_PRESET)
+    if codec == policy_pb2.DELTA_CODEC_ZLIB:
+        return zlib.compress(raw, ZLIB_LEVEL)
+    raise ValueError(f"delta codec value {codec}: expected 1 (zlib) or 2 (xz)")
+
+
+def _decompress(data: bytes, expected_len: int, codec: int) -> bytes:
+    """The diff, exactly `expected_len` bytes from one complete stream; bounded, so a
+    forged stream cannot inflate past what the held policy needs (no zip bomb)."""
+    name = _CODEC_NAMES[codec]
+    if codec == policy_pb2.DELTA_CODEC_XZ:
+        decoder = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT)
+        errors: tuple[type[Exception], ...] = (lzma.LZMAError,)
+    else:
+        decoder = zlib.decompressobj()
+        errors = (zlib.error,)
     try:
-        raw = inflater.decompress(data, expected_len + 1)  # bounded: no zip bomb
-    except zlib.error as err:
-        raise BlobError(f"delta diff does not inflate: {err}") from err
-    if len(raw) != expected_len or not inflater.eof or inflater.unused_data:
+        if codec == policy_pb2.DELTA_CODEC_XZ:
+            raw = decoder.decompress(data, max_length=expected_len + 1)
+        else:
+            raw = decoder.decompress(data, expected_len + 1)
+    except errors as err:
+        raise BlobError(f"delta diff does not inflate ({name}): {err}") from err
+    if len(raw) != expected_len or not decoder.eof or decoder.unused_data:
         raise BlobError(
-            f"delta diff inflates to {len(raw)}{'+' if not inflater.eof else ''} bytes "
-            f"(complete stream: {inflater.eof}), the held policy needs exactly {expected_len}"
+            f"delta diff inflates to {len(raw)}{'+' if not decoder.eof else ''} bytes "
+            f"({name}, complete stream: {decoder.eof}), the held policy needs exactly "
+            f"{expected_len}"
         )
     return raw
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import lzma
+import zlib
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import torch
 
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.quant import BlobError, build_policy_module, decode_blob, encode_policy
+from actorq.quant import delta as delta_module
 from actorq.quant.delta import apply_delta, make_delta
 from actorq.quant.errors import SignatureError
 from actorq.security.signing import PolicyKey, PolicyKeys
@@ -92,6 +95,29 @@ def test_delta_apply_equals_full_decode_bit_for_bit(
         assert torch.equal(build_policy_module(got)(obs), build_policy_module(full)(obs))
 
 
+def test_codec_is_xz_for_small_diffs_and_zlib_above_the_limit(monkeypatch) -> None:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    base, full = decode_blob(a.envelope), decode_blob(b.envelope)
+    for limit, codec in ((1 << 20, P.DELTA_CODEC_XZ), (100, P.DELTA_CODEC_ZLIB)):
+        monkeypatch.setattr(delta_module, "XZ_MAX_RAW_BYTES", limit)
+        envelope = make_delta(a.arrays, b) or b""
+        assert (
+            P.PolicyDelta.FromString(P.PolicyEnvelope.FromString(envelope).payload).codec == codec
+        )
+        assert_same(apply_delta(base, envelope, expected_sha256=b.sha256), full)
+
+
+def test_xz_decoder_refuses_a_stream_that_needs_more_memory_than_the_cap() -> None:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    envelope = P.PolicyEnvelope.FromString(make_delta(a.arrays, b) or b"")
+    delta = P.PolicyDelta.FromString(envelope.payload)
+    # A valid stream whose header asks for a 1 GiB dictionary (a forger's memory bomb).
+    filters = [{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 30}]
+    delta.diff = lzma.compress(_inflate(delta), format=lzma.FORMAT_XZ, filters=filters)
+    with pytest.raises(BlobError, match="inflate"):
+        apply_delta(decode_blob(a.envelope), _reseal(delta))
+
+
 def test_int8_delta_is_smaller_than_the_full_blob() -> None:
     a, b = versions(SPEC, P.PRECISION_INT8)
     delta = make_delta(a.arrays, b)
@@ -112,12 +138,18 @@ def _reseal(delta: P.PolicyDelta) -> bytes:
     ).SerializeToString()
 
 
-def _flip_diff_byte(d: P.PolicyDelta) -> None:
-    import zlib
+def _inflate(d: P.PolicyDelta) -> bytes:
+    return lzma.decompress(d.diff) if d.codec == P.DELTA_CODEC_XZ else zlib.decompress(d.diff)
 
-    raw = bytearray(zlib.decompress(d.diff))
+
+def _deflate(d: P.PolicyDelta, raw: bytes) -> bytes:
+    return lzma.compress(raw) if d.codec == P.DELTA_CODEC_XZ else zlib.compress(raw)
+
+
+def _flip_diff_byte(d: P.PolicyDelta) -> None:
+    raw = bytearray(_inflate(d))
     raw[len(raw) // 2] ^= 1
-    d.diff = zlib.compress(bytes(raw))
+    d.diff = _deflate(d, bytes(raw))
 
 
 def _other_base(d: P.PolicyDelta) -> None:
@@ -133,9 +165,15 @@ def _truncated_diff(d: P.PolicyDelta) -> None:
 
 
 def _oversized_diff(d: P.PolicyDelta) -> None:
-    import zlib
+    d.diff = _deflate(d, _inflate(d) + bytes(10_000_000))
 
-    d.diff = zlib.compress(zlib.decompress(d.diff) + bytes(10_000_000))
+
+def _trailing_bytes(d: P.PolicyDelta) -> None:
+    d.diff = d.diff + b"\x00junk"
+
+
+def _other_codec(d: P.PolicyDelta) -> None:  # a valid stream, labelled as the other codec
+    d.codec = P.DELTA_CODEC_ZLIB if d.codec == P.DELTA_CODEC_XZ else P.DELTA_CODEC_XZ
 
 
 def _unknown_codec(d: P.PolicyDelta) -> None:
@@ -163,15 +201,19 @@ def _wrong_learner_step(d: P.PolicyDelta) -> None:
         (_truncated_diff, r"inflate"),
         (_oversized_diff, r"inflates to \d+\+ bytes"),
         (_unknown_codec, r"codec value 9"),
+        (_trailing_bytes, r"inflate"),
+        (_other_codec, r"inflate"),
         (_changed_spec, r"changes the model spec"),
         (_not_newer, r"not newer"),
         (_wrong_learner_step, r"rebuilds a payload hashing to"),
     ],
 )
-def test_corrupted_delta_is_refused(mutate, pattern: str) -> None:
+@pytest.mark.parametrize("codec", [P.DELTA_CODEC_XZ, P.DELTA_CODEC_ZLIB])
+def test_corrupted_delta_is_refused(mutate, pattern: str, codec: int) -> None:
     a, b = versions(SPEC, P.PRECISION_INT8)
-    envelope = P.PolicyEnvelope.FromString(make_delta(a.arrays, b) or b"")
+    envelope = P.PolicyEnvelope.FromString(make_delta(a.arrays, b, codec=codec) or b"")
     delta = P.PolicyDelta.FromString(envelope.payload)
+    assert delta.codec == codec
     mutate(delta)
     with pytest.raises(BlobError, match=pattern):
         apply_delta(decode_blob(a.envelope), _reseal(delta))
