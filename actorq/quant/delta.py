@@ -41,8 +41,8 @@ ZLIB_LEVEL = 6
 
 XZ_PRESET = 6
 """xz preset of the diff: on TD3 Pendulum 256x256 deltas, 16% smaller than zlib level 6
-(median 0.062 of the dense fp32 blob against 0.074), at ~25 ms per delta against ~7 ms;
-xz's fastest preset saved only 2% (BENCHMARKS.md 14)."""
+(median 0.063 of the dense fp32 blob against 0.075) at ~18 ms per delta against ~4 ms;
+preset 0 saved only 2% (BENCHMARKS.md 14)."""
 
 XZ_MAX_RAW_BYTES = 1 << 20
 """Diffs up to this size are xz-compressed and larger ones zlib-compressed: xz runs at
