@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import subprocess
+from collections.abc import Iterator
 
 _PR_SET_PDEATHSIG = 1
 
@@ -23,3 +26,40 @@ def die_with_parent(niceness: int = 0, parent_pid: int | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if niceness:
         os.nice(niceness)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within this block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so one handler
+    stops children cleanly on either (main thread only)."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def wait_or_stop(child: subprocess.Popen, stop_seconds: float = 120.0) -> int:
+    """`child`'s exit code. If the wait is interrupted, the child gets SIGTERM and
+    `stop_seconds` to stop its own services (then SIGKILL), and the interrupt goes on, so
+    no `actorq run` outlives the process that started it."""
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        stop_child(child, stop_seconds)
+        raise
+
+
+def stop_child(child: subprocess.Popen, timeout: float) -> int:
+    """SIGTERM `child` (if it still runs), SIGKILL it after `timeout`; reap it."""
+    if child.poll() is None:
+        child.terminate()
+    try:
+        return child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()

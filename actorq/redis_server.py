@@ -21,7 +21,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError, NoPermissi
 from redis.retry import Retry
 
 from actorq.config import redact_url
-from actorq.procutil import die_with_parent
+from actorq.procutil import die_with_parent, stop_child
 
 _HOST = "127.0.0.1"
 
@@ -228,13 +228,7 @@ class EmbeddedRedis:
         proc, self._proc = self._proc, None
         atexit.unregister(self.stop)
         if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_child(proc, timeout)
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None

@@ -6,8 +6,9 @@ Shared by the bench scripts (run as `python bench/NAME.py`, so this folder is on
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
+
+from actorq.procutil import sigterm_interrupts, wait_or_stop
 
 
 def arm_env(arm: str) -> tuple[str, dict[str, str]]:
@@ -35,23 +36,5 @@ def run_quietly(cmd: list[str], env: dict[str, str]) -> int:
     child = subprocess.Popen(
         cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return child.wait()
-    except KeyboardInterrupt:
-        child.terminate()
-        try:
-            child.wait(STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-STOP_SECONDS = 120  # a run's own shutdown waits up to 15 s per service group
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    with sigterm_interrupts():
+        return wait_or_stop(child)

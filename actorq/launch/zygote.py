@@ -28,7 +28,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 from actorq.procutil import die_with_parent
 
@@ -160,7 +159,7 @@ class Zygote:
     def __init__(self, proc: subprocess.Popen) -> None:
         self._proc = proc
         self._lock = threading.Lock()
-        self._pids: queue.Queue[int] = queue.Queue()
+        self._pids: queue.Queue[int | None] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._cpu: dict[int, float] = {}  # CPU seconds of exited children (wait4 rusage)
         self._exited = threading.Condition()
@@ -197,19 +196,14 @@ class Zygote:
                 self._proc.stdin.flush()
             except BrokenPipeError:
                 raise RuntimeError(f"the service zygote exited ({self._proc.poll()})") from None
-            pid = self._next_pid(deadline=time.monotonic() + 120)
-        return ZygoteChild(self, pid)
-
-    def _next_pid(self, deadline: float) -> int:
-        while True:  # in slices, so that a zygote that died fails the spawn at once
             try:
-                return self._pids.get(timeout=0.2)
-            except queue.Empty:
-                if self._gone:
-                    code = self._proc.poll()
-                    raise RuntimeError(f"the service zygote exited ({code})") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the service zygote did not fork within 120 s") from None
+                pid = self._pids.get(timeout=120)
+            except queue.Empty as exc:
+                raise RuntimeError("the service zygote did not fork within 120 s") from exc
+            if pid is None:  # the reader's end-of-pipe mark: the zygote died
+                self._pids.put(None)  # and stays dead for any later spawn
+                raise RuntimeError(f"the service zygote exited ({self._proc.poll()})")
+        return ZygoteChild(self, pid)
 
     def exit_code(self, pid: int) -> int | None:
         return self._exits.get(pid)
@@ -248,6 +242,7 @@ class Zygote:
             for raw in self._proc.stdout:
                 self._handle(json.loads(raw))
         finally:
+            self._pids.put(None)  # wakes a spawn waiting for a pid that will never come
             with self._exited:
                 self._gone = True
                 self._exited.notify_all()

@@ -216,18 +216,14 @@ def _decompress(data: bytes, expected_len: int, codec: int) -> bytes:
     """The diff, exactly `expected_len` bytes from one complete stream; bounded, so a
     forged stream cannot inflate past what the held policy needs (no zip bomb)."""
     name = _CODEC_NAMES[codec]
+    decoder: lzma.LZMADecompressor | zlib._Decompress
     if codec == policy_pb2.DELTA_CODEC_XZ:
-        decoder = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=XZ_MEMLIMIT)
-        errors: tuple[type[Exception], ...] = (lzma.LZMAError,)
+        decoder, error = lzma.LZMADecompressor(lzma.FORMAT_XZ, XZ_MEMLIMIT), lzma.LZMAError
     else:
-        decoder = zlib.decompressobj()
-        errors = (zlib.error,)
+        decoder, error = zlib.decompressobj(), zlib.error
     try:
-        if codec == policy_pb2.DELTA_CODEC_XZ:
-            raw = decoder.decompress(data, max_length=expected_len + 1)
-        else:
-            raw = decoder.decompress(data, expected_len + 1)
-    except errors as err:
+        raw = decoder.decompress(data, expected_len + 1)
+    except error as err:
         raise BlobError(f"delta diff does not inflate ({name}): {err}") from err
     if len(raw) != expected_len or not decoder.eof or decoder.unused_data:
         raise BlobError(

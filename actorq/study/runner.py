@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actorq.config import ConfigError
+from actorq.procutil import sigterm_interrupts, wait_or_stop
 from actorq.study.settings import FULL, PRECISIONS, QUICK, SETTINGS, Setting
 
 EXIT_INTERRUPTED = 130
@@ -91,12 +91,7 @@ def _execute(run: PlannedRun, out: Path, seconds: float | None) -> int:
     env = {**os.environ, **dict(run.setting.variables)}
     with (folder.parent / f"{folder.name}.log").open("w") as log:
         child = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            return child.wait()
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: let the run stop its services
-            child.terminate()
-            child.wait(120)
-            raise
+        return wait_or_stop(child)  # Ctrl-C or SIGTERM: the run stops its services first
 
 
 def parse_selection(settings: str, precisions: str, seeds: str, quick: bool):
@@ -145,20 +140,13 @@ def run_study(
     state_path.write_text(json.dumps(state, indent=2) + "\n")
     code = 0
     if not report_only:
-        previous = signal.signal(signal.SIGTERM, _interrupt)
-        try:
+        with sigterm_interrupts():
             code = _run_all(runs, out, seconds)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
     state["machine_at_end"] = machine()
     state_path.write_text(json.dumps(state, indent=2) + "\n")
     report = write_report(out, runs, state)
     print(f"report: {report}")
     return code
-
-
-def _interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _run_all(runs: list[PlannedRun], out: Path, seconds: float | None) -> int:
