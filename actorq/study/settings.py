@@ -86,6 +86,14 @@ SETTINGS: dict[str, Setting] = {
             "int8 1.8x fp32's env steps/s on a VNNI CPU; BENCHMARKS.md 16h",
         ),
         _setting(
+            "cartpole-dqn-1024x3-spi0.125-replay2m", "CartPole-v1", "dqn", (1024, 1024, 1024),
+            envs_per_actor=16, max_seconds=480.0, samples_per_insert=0.125,
+            variables=(("ACTORQ_PUBLISH_EVERY", "30"), ("ACTORQ_REPLAY_CAPACITY", "2000000")),
+            note="as above with a 2M-transition replay (the default 100k holds ~7 s of "
+            "data at this rate, ~100 updates): DQN solves and settles instead of peaking and "
+            "declining; BENCHMARKS.md 16j",
+        ),
+        _setting(
             "cartpole-dqn-512x3-pub300", "CartPole-v1", "dqn", (512, 512, 512),
             envs_per_actor=16, max_seconds=150.0,
             variables=(("ACTORQ_PUBLISH_EVERY", "300"),),
