@@ -104,15 +104,24 @@ class Reached:
     joules: float | None = None  # energy to the target (run energy x CPU share)
 
 
-def against_fp32(run: RunResult, fp32: RunResult | None) -> Reached:
-    if fp32 is None or fp32.final_return is None:
+def against_fp32(
+    run: RunResult, fp32: RunResult | None, fixed_target: float | None = None
+) -> Reached:
+    """When `run` reached its seed's fp32 final return, or `fixed_target` where the setting
+    names one (a solve bar: where fp32 may end before learning, its final return would
+    time the arms to whatever it ended at)."""
+    if fixed_target is not None:
+        target, need = fixed_target, EVAL_WINDOW
+    elif fp32 is None or fp32.final_return is None:
         return Reached(run, None)
-    need = min(EVAL_WINDOW, int(fp32.summary.get("eval_episodes") or EVAL_WINDOW))
-    point = run.reach(fp32.final_return, max(need, 1))
+    else:
+        target = fp32.final_return
+        need = min(EVAL_WINDOW, int(fp32.summary.get("eval_episodes") or EVAL_WINDOW))
+    point = run.reach(target, max(need, 1))
     if point is None:
-        return Reached(run, fp32.final_return)
+        return Reached(run, target)
     share = point.cpu / run.cpu_seconds if run.cpu_seconds else 0.0
-    return Reached(run, fp32.final_return, point.wall, point.cpu, run.joules * share)
+    return Reached(run, target, point.wall, point.cpu, run.joules * share)
 
 
 @dataclass
@@ -129,10 +138,13 @@ class ArmSummary:
     cpu_seconds: float
     joules: float
     grams: float
-    reached: int  # seeds whose run reached its fp32 run's final return
+    reached: int  # seeds whose run reached the target
     wall_to_target: float | None
     cpu_to_target: float | None
     speedup: float | None  # fp32 time to target / this arm's, median over seeds
+    # Seeds where this arm reached the target and fp32 never did: fp32's whole run time /
+    # this arm's time to the target, a lower bound on the speed-up (median over them).
+    speedup_at_least: float | None
     cpu_ratio: float | None  # fp32 CPU-s to target / this arm's
     energy_ratio: float | None  # fp32 joules / this arm's, whole run (same wall budget)
     energy_ratio_to_target: float | None
@@ -159,10 +171,15 @@ def _ratios(pairs: list[tuple[float | None, float | None]]) -> float | None:
 
 
 def summarize_arm(
-    setting: str, precision: str, runs: list[RunResult], fp32: dict[int, RunResult]
+    setting: str,
+    precision: str,
+    runs: list[RunResult],
+    fp32: dict[int, RunResult],
+    fixed_target: float | None = None,
 ) -> ArmSummary:
-    reached = [against_fp32(r, fp32.get(r.seed)) for r in runs]
-    base = {seed: against_fp32(run, run) for seed, run in fp32.items()}
+    reached = [against_fp32(r, fp32.get(r.seed), fixed_target) for r in runs]
+    base = {seed: against_fp32(run, run, fixed_target) for seed, run in fp32.items()}
+    missed = {seed for seed, x in base.items() if x.target is not None and x.wall is None}
     returns = [r.final_return for r in runs if r.final_return is not None]
     ok = [x for x in reached if x.wall is not None]
     return ArmSummary(
@@ -180,6 +197,9 @@ def summarize_arm(
         wall_to_target=_median([x.wall for x in ok if x.wall is not None]),
         cpu_to_target=_median([x.cpu for x in ok if x.cpu is not None]),
         speedup=_ratios([(base[x.run.seed].wall, x.wall) for x in ok if x.run.seed in base]),
+        speedup_at_least=_ratios(
+            [(fp32[x.run.seed].summary["wall_seconds"], x.wall) for x in ok if x.run.seed in missed]
+        ),
         cpu_ratio=_ratios([(base[x.run.seed].cpu, x.cpu) for x in ok if x.run.seed in base]),
         energy_ratio=_ratios([(fp32[r.seed].joules, r.joules) for r in runs if r.seed in fp32]),
         energy_ratio_to_target=_ratios(

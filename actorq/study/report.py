@@ -43,14 +43,17 @@ def write_report(out: Path, runs: list[PlannedRun], state: dict) -> Path:
     for name, by_precision in results.items():
         fp32 = {r.seed: r for r in by_precision.get("fp32", [])}
         setting_arms = [
-            summarize_arm(name, p, by_precision[p], fp32)
+            summarize_arm(name, p, by_precision[p], fp32, settings[name].target_return)
             for p in dict.fromkeys(r.precision for r in runs)
             if p in by_precision
         ]
         arms.extend(setting_arms)
         description = settings[name].describe(state.get("seconds_override"))
         lines += _setting_section(description, settings[name].note, setting_arms)
-        _plot_returns(out / f"return_vs_time_{name}.png", name, by_precision, fp32)
+        _plot_returns(
+            out / f"return_vs_time_{name}.png", name, by_precision, fp32,
+            settings[name].target_return,
+        )  # fmt: skip
         _plot_breakdown(out / f"breakdown_{name}.png", name, setting_arms)
         _plot_ratios(out / f"ratios_{name}.png", name, setting_arms)
         lines += [
@@ -82,7 +85,9 @@ def _header(state: dict, runs: list[PlannedRun], results: dict) -> list[str]:
         "an **estimate** (CPU seconds x watts per core, `actorq/energy.py`) unless the "
         "table says rapl. Ratios are fp32 / arm (above 1: the arm is better), medians "
         "over seeds. 'to target': until the evaluator's mean return (last 100 episodes) "
-        "reaches the final mean return of the fp32 run with the same seed.",
+        "reaches the final mean return of the fp32 run with the same seed, or the fixed "
+        "return a setting names ('timed to return'). '> N x': fp32 never reached it, and N "
+        "is fp32's whole run time over the arm's time to it, a lower bound.",
         "",
     ]
 
@@ -105,7 +110,7 @@ def _setting_section(description: str, note: str, arms: list[ArmSummary]) -> lis
         lines.append(
             f"| {a.precision} | {a.seeds} | {fmt(a.final_return_mean)}{sd} | "
             f"{fmt(a.env_steps, 0)} | {fmt(a.updates, 0)} | {a.reached}/{a.seeds} | "
-            f"{fmt(a.wall_to_target)} | {fmt(a.speedup, 2, 'x')} | {fmt(a.cpu_to_target)} | "
+            f"{fmt(a.wall_to_target)} | {_speedup(a)} | {fmt(a.cpu_to_target)} | "
             f"{fmt(a.cpu_ratio, 2, 'x')} | {fmt(a.joules, 0)} ({a.energy_method}) | "
             f"{fmt(a.energy_ratio, 2, 'x')} | {fmt(a.energy_ratio_to_target, 2, 'x')} | "
             f"{fmt(a.grams, 4)} | {fmt(a.guard_fallback_versions, 0)} | "
@@ -143,6 +148,12 @@ def _setting_section(description: str, note: str, arms: list[ArmSummary]) -> lis
     return [*lines, ""]
 
 
+def _speedup(a: ArmSummary) -> str:
+    if a.speedup is None and a.speedup_at_least is not None:
+        return f"> {a.speedup_at_least:.2f}x"
+    return fmt(a.speedup, 2, "x")
+
+
 def _pyplot():
     import matplotlib
 
@@ -152,7 +163,9 @@ def _pyplot():
     return plt
 
 
-def _plot_returns(path: Path, name: str, by_precision: dict, fp32: dict) -> None:
+def _plot_returns(
+    path: Path, name: str, by_precision: dict, fp32: dict, fixed_target: float | None
+) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for i, (precision, runs) in enumerate(by_precision.items()):
@@ -161,15 +174,17 @@ def _plot_returns(path: Path, name: str, by_precision: dict, fp32: dict) -> None
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, color=f"C{i}", alpha=0.8, label=precision if j == 0 else None)
-            reached = against_fp32(run, fp32.get(run.seed))
+            reached = against_fp32(run, fp32.get(run.seed), fixed_target)
             if reached.wall is not None and reached.target is not None:
                 ax.plot([reached.wall], [reached.target], "o", color=f"C{i}")
-    for run in fp32.values():
-        if run.final_return is not None:
-            ax.axhline(run.final_return, color="gray", linestyle="--", linewidth=0.8)
+    lines = [fixed_target] if fixed_target is not None else [r.final_return for r in fp32.values()]
+    for level in lines:
+        if level is not None:
+            ax.axhline(level, color="gray", linestyle="--", linewidth=0.8)
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("evaluator mean return (last 100)")
-    ax.set_title(f"{name}: dots = fp32 final return reached")
+    reached_what = "target" if fixed_target is not None else "fp32 final return"
+    ax.set_title(f"{name}: dots = {reached_what} reached")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

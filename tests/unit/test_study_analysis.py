@@ -83,6 +83,42 @@ def test_time_cpu_and_energy_to_the_fp32_final_return(tmp_path: Path) -> None:
     assert base.speedup == pytest.approx(1.0) and base.reached == 1
 
 
+def test_a_fixed_target_times_every_arm_and_bounds_the_speedup(tmp_path: Path) -> None:
+    # fp32 ends at 200 after 100 s without reaching 475; int8 reaches 480 over 100 episodes
+    # at 60 s. Timed to fp32's final return, int8 would "reach" it at 20 s.
+    _write_run(tmp_path / "fp32", 200.0, [(20, 20, 150, 100), (100, 100, 200, 400)],
+               joules=450.0, step_us=200.0)  # fmt: skip
+    _write_run(tmp_path / "int8", 500.0, [(20, 20, 210, 100), (60, 60, 480, 300),
+                                          (100, 100, 500, 500)],
+               joules=450.0, step_us=100.0)  # fmt: skip
+    fp32 = load_run(tmp_path / "fp32", "s", "fp32", 0)
+    int8 = load_run(tmp_path / "int8", "s", "int8", 0)
+    assert against_fp32(int8, fp32).wall == 20
+    reached = against_fp32(int8, fp32, fixed_target=475.0)
+    assert reached.target == 475.0 and reached.wall == 60
+    assert against_fp32(fp32, fp32, fixed_target=475.0).wall is None
+    arm = summarize_arm("s", "int8", [int8], {0: fp32}, fixed_target=475.0)
+    assert arm.reached == 1 and arm.speedup is None
+    assert arm.speedup_at_least == pytest.approx(100 / 60)
+    base = summarize_arm("s", "fp32", [fp32], {0: fp32}, fixed_target=475.0)
+    assert base.reached == 0 and base.speedup is None and base.speedup_at_least is None
+
+
+def test_report_names_a_fixed_target_and_a_lower_bound(tmp_path: Path) -> None:
+    setting = SETTINGS["cartpole-dqn-1024x3-spi0.125-replay2m"]
+    assert setting.target_return == 475.0
+    runs = plan([setting], ["fp32", "int8"], [0])
+    by_precision = {r.precision: r.folder(tmp_path) for r in runs}
+    _write_run(by_precision["fp32"], 200.0, [(20, 20, 150, 100), (480, 480, 200, 900)],
+               joules=450.0, step_us=200.0)  # fmt: skip
+    _write_run(by_precision["int8"], 500.0, [(20, 20, 150, 100), (300, 300, 490, 900),
+                                             (480, 480, 500, 1500)],
+               joules=450.0, step_us=100.0)  # fmt: skip
+    report = write_report(tmp_path, runs, {}).read_text()
+    assert "timed to return 475" in report
+    assert "| int8 | 1 | 500.0 |" in report and "| 1/1 | 300.0 | > 1.60x |" in report
+
+
 def test_report_from_run_folders(tmp_path: Path) -> None:
     setting = SETTINGS["cartpole-dqn-64x2"]
     runs = plan([setting], ["fp32", "int8"], [0])
