@@ -148,6 +148,8 @@ class ArmSummary:
     cpu_ratio: float | None  # fp32 CPU-s to target / this arm's
     energy_ratio: float | None  # fp32 joules / this arm's, whole run (same wall budget)
     energy_ratio_to_target: float | None
+    # As speedup_at_least, for energy: fp32's whole-run joules / this arm's to the target.
+    energy_ratio_at_least: float | None
     env_steps_per_second: float | None = None  # whole run, start-up included
     actor_cpu_per_kstep: float | None = None  # actor processes' CPU-s per 1000 env steps
     joules_per_kstep: float | None = None  # all services
@@ -204,6 +206,9 @@ def summarize_arm(
         energy_ratio=_ratios([(fp32[r.seed].joules, r.joules) for r in runs if r.seed in fp32]),
         energy_ratio_to_target=_ratios(
             [(base[x.run.seed].joules, x.joules) for x in ok if x.run.seed in base]
+        ),
+        energy_ratio_at_least=_ratios(
+            [(fp32[x.run.seed].joules, x.joules) for x in ok if x.run.seed in missed]
         ),
         **_throughput(runs),
         **_breakdown(runs),

@@ -110,9 +110,11 @@ def _setting_section(description: str, note: str, arms: list[ArmSummary]) -> lis
         lines.append(
             f"| {a.precision} | {a.seeds} | {fmt(a.final_return_mean)}{sd} | "
             f"{fmt(a.env_steps, 0)} | {fmt(a.updates, 0)} | {a.reached}/{a.seeds} | "
-            f"{fmt(a.wall_to_target)} | {_speedup(a)} | {fmt(a.cpu_to_target)} | "
+            f"{fmt(a.wall_to_target)} | {_at_least(a.speedup, a.speedup_at_least)} | "
+            f"{fmt(a.cpu_to_target)} | "
             f"{fmt(a.cpu_ratio, 2, 'x')} | {fmt(a.joules, 0)} ({a.energy_method}) | "
-            f"{fmt(a.energy_ratio, 2, 'x')} | {fmt(a.energy_ratio_to_target, 2, 'x')} | "
+            f"{fmt(a.energy_ratio, 2, 'x')} | "
+            f"{_at_least(a.energy_ratio_to_target, a.energy_ratio_at_least)} | "
             f"{fmt(a.grams, 4)} | {fmt(a.guard_fallback_versions, 0)} | "
             f"{fmt(a.guard_max_divergence_before, 3)}/{fmt(a.guard_max_divergence, 3)} |"
         )
@@ -148,10 +150,11 @@ def _setting_section(description: str, note: str, arms: list[ArmSummary]) -> lis
     return [*lines, ""]
 
 
-def _speedup(a: ArmSummary) -> str:
-    if a.speedup is None and a.speedup_at_least is not None:
-        return f"> {a.speedup_at_least:.2f}x"
-    return fmt(a.speedup, 2, "x")
+def _at_least(ratio: float | None, lower_bound: float | None) -> str:
+    """A ratio to fp32, or where fp32 never reached the target, its lower bound."""
+    if ratio is None and lower_bound is not None:
+        return f"> {lower_bound:.2f}x"
+    return fmt(ratio, 2, "x")
 
 
 def _pyplot():

@@ -100,6 +100,8 @@ def test_a_fixed_target_times_every_arm_and_bounds_the_speedup(tmp_path: Path) -
     arm = summarize_arm("s", "int8", [int8], {0: fp32}, fixed_target=475.0)
     assert arm.reached == 1 and arm.speedup is None
     assert arm.speedup_at_least == pytest.approx(100 / 60)
+    assert arm.energy_ratio_to_target is None
+    assert arm.energy_ratio_at_least == pytest.approx(450 / (450 * 60 / 100))
     base = summarize_arm("s", "fp32", [fp32], {0: fp32}, fixed_target=475.0)
     assert base.reached == 0 and base.speedup is None and base.speedup_at_least is None
 
@@ -117,6 +119,7 @@ def test_report_names_a_fixed_target_and_a_lower_bound(tmp_path: Path) -> None:
     report = write_report(tmp_path, runs, {}).read_text()
     assert "timed to return 475" in report
     assert "| int8 | 1 | 500.0 |" in report and "| 1/1 | 300.0 | > 1.60x |" in report
+    assert "| 1.00x | > 1.60x |" in report  # energy: whole run equal, to the target bound
 
 
 def test_report_from_run_folders(tmp_path: Path) -> None:
