@@ -151,10 +151,12 @@ def _setting_section(description: str, note: str, arms: list[ArmSummary]) -> lis
 
 
 def _at_least(ratio: float | None, lower_bound: float | None) -> str:
-    """A ratio to fp32, or where fp32 never reached the target, its lower bound."""
-    if ratio is None and lower_bound is not None:
-        return f"> {lower_bound:.2f}x"
-    return fmt(ratio, 2, "x")
+    """A ratio to fp32 (seeds where both reached the target), then the lower bound from
+    seeds where only this arm did."""
+    bound = f"> {lower_bound:.2f}x" if lower_bound is not None else ""
+    if ratio is None:
+        return bound or fmt(ratio, 2, "x")
+    return fmt(ratio, 2, "x") + (f"; {bound}" if bound else "")
 
 
 def _pyplot():

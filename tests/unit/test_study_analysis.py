@@ -140,3 +140,12 @@ def test_report_from_run_folders(tmp_path: Path) -> None:
     with (tmp_path / "arms.csv").open() as f:
         arms = list(csv.DictReader(f))
     assert arms[0]["inference_us"] == "100.0"
+
+
+def test_a_ratio_and_its_lower_bound_are_shown_together() -> None:
+    from actorq.study.report import _at_least
+
+    assert _at_least(1.723, None) == "1.72x"
+    assert _at_least(None, 1.666) == "> 1.67x"
+    assert _at_least(1.723, 1.666) == "1.72x; > 1.67x"
+    assert _at_least(None, None) == "-"
