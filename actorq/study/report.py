@@ -61,7 +61,9 @@ def write_report(out: Path, runs: list[PlannedRun], state: dict) -> Path:
             f"![ratios](ratios_{name}.png)",
             "",
         ]
-    _write_runs_csv(out / "runs.csv", results)
+    _write_runs_csv(
+        out / "runs.csv", results, {name: s.target_return for name, s in settings.items()}
+    )
     _write_arms_csv(out / "arms.csv", arms)
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
@@ -240,20 +242,22 @@ def _plot_ratios(path: Path, name: str, arms: list[ArmSummary]) -> None:
     plt.close(fig)
 
 
-def _write_runs_csv(path: Path, results: dict) -> None:
+def _write_runs_csv(path: Path, results: dict, targets: dict[str, float | None]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
             ["setting", "precision", "seed", "wall_seconds", "env_steps", "learner_updates",
              "policy_versions", "final_mean_return", "cpu_seconds", "joules", "grams_co2",
              "energy_method", "step_us", "inference_us", "env_step_us", "coverage",
-             "guard_fallback_versions", "folder"]
+             "guard_fallback_versions", "target", "wall_to_target", "cpu_to_target", "folder"]
         )  # fmt: skip
-        for by_precision in results.values():
+        for name, by_precision in results.items():
+            fp32 = {r.seed: r for r in by_precision.get("fp32", [])}
             for runs in by_precision.values():
                 for r in runs:
                     s, b = r.summary, r.summary.get("actor_breakdown") or {}
                     phases = b.get("phases", {})
+                    reached = against_fp32(r, fp32.get(r.seed), targets.get(name))
                     writer.writerow(
                         [r.setting, r.precision, r.seed, s["wall_seconds"], s["env_steps"],
                          s["learner_updates"], s["policy_versions"], s["final_mean_return"],
@@ -262,7 +266,8 @@ def _write_runs_csv(path: Path, results: dict) -> None:
                          round(b.get("step_seconds", 0) * US, 1),
                          round(phases.get("inference", 0) * US, 1),
                          round(phases.get("env_step", 0) * US, 1), b.get("coverage"),
-                         (s.get("guard") or {}).get("guard_fallback_versions"), r.folder]
+                         (s.get("guard") or {}).get("guard_fallback_versions"),
+                         reached.target, reached.wall, reached.cpu, r.folder]
                     )  # fmt: skip
 
 
