@@ -12,6 +12,7 @@ from pathlib import Path
 from actorq.breakdown import LOOP_PHASES, POLICY_PHASES
 from actorq.study.analysis import (
     ArmSummary,
+    Reached,
     RunResult,
     against_fp32,
     fmt,
@@ -39,21 +40,25 @@ def write_report(out: Path, runs: list[PlannedRun], state: dict) -> Path:
     results = collect(out, runs)
     settings = {r.setting.name: r.setting for r in runs}
     arms: list[ArmSummary] = []
+    run_rows: list[list] = []
     lines = _header(state, runs, results)
     for name, by_precision in results.items():
         fp32 = {r.seed: r for r in by_precision.get("fp32", [])}
+        target = settings[name].target_return
         setting_arms = [
-            summarize_arm(name, p, by_precision[p], fp32, settings[name].target_return)
+            summarize_arm(name, p, by_precision[p], fp32, target)
             for p in dict.fromkeys(r.precision for r in runs)
             if p in by_precision
         ]
         arms.extend(setting_arms)
+        run_rows += [
+            _run_row(r, against_fp32(r, fp32.get(r.seed), target))
+            for precision_runs in by_precision.values()
+            for r in precision_runs
+        ]
         description = settings[name].describe(state.get("seconds_override"))
         lines += _setting_section(description, settings[name].note, setting_arms)
-        _plot_returns(
-            out / f"return_vs_time_{name}.png", name, by_precision, fp32,
-            settings[name].target_return,
-        )  # fmt: skip
+        _plot_returns(out / f"return_vs_time_{name}.png", name, by_precision, fp32, target)
         _plot_breakdown(out / f"breakdown_{name}.png", name, setting_arms)
         _plot_ratios(out / f"ratios_{name}.png", name, setting_arms)
         lines += [
@@ -61,9 +66,7 @@ def write_report(out: Path, runs: list[PlannedRun], state: dict) -> Path:
             f"![ratios](ratios_{name}.png)",
             "",
         ]
-    _write_runs_csv(
-        out / "runs.csv", results, {name: s.target_return for name, s in settings.items()}
-    )
+    _write_runs_csv(out / "runs.csv", run_rows)
     _write_arms_csv(out / "arms.csv", arms)
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
@@ -157,7 +160,7 @@ def _at_least(ratio: float | None, lower_bound: float | None) -> str:
     seeds where only this arm did."""
     bound = f"> {lower_bound:.2f}x" if lower_bound is not None else ""
     if ratio is None:
-        return bound or fmt(ratio, 2, "x")
+        return bound or "-"
     return fmt(ratio, 2, "x") + (f"; {bound}" if bound else "")
 
 
@@ -242,7 +245,19 @@ def _plot_ratios(path: Path, name: str, arms: list[ArmSummary]) -> None:
     plt.close(fig)
 
 
-def _write_runs_csv(path: Path, results: dict, targets: dict[str, float | None]) -> None:
+def _run_row(r: RunResult, reached: Reached) -> list:
+    s, b = r.summary, r.summary.get("actor_breakdown") or {}
+    phases = b.get("phases", {})
+    return [r.setting, r.precision, r.seed, s["wall_seconds"], s["env_steps"],
+            s["learner_updates"], s["policy_versions"], s["final_mean_return"],
+            round(r.cpu_seconds, 2), r.joules, r.grams, s.get("energy", {}).get("method"),
+            round(b.get("step_seconds", 0) * US, 1), round(phases.get("inference", 0) * US, 1),
+            round(phases.get("env_step", 0) * US, 1), b.get("coverage"),
+            (s.get("guard") or {}).get("guard_fallback_versions"),
+            reached.target, reached.wall, reached.cpu, r.folder]  # fmt: skip
+
+
+def _write_runs_csv(path: Path, rows: list[list]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
@@ -251,24 +266,7 @@ def _write_runs_csv(path: Path, results: dict, targets: dict[str, float | None])
              "energy_method", "step_us", "inference_us", "env_step_us", "coverage",
              "guard_fallback_versions", "target", "wall_to_target", "cpu_to_target", "folder"]
         )  # fmt: skip
-        for name, by_precision in results.items():
-            fp32 = {r.seed: r for r in by_precision.get("fp32", [])}
-            for runs in by_precision.values():
-                for r in runs:
-                    s, b = r.summary, r.summary.get("actor_breakdown") or {}
-                    phases = b.get("phases", {})
-                    reached = against_fp32(r, fp32.get(r.seed), targets.get(name))
-                    writer.writerow(
-                        [r.setting, r.precision, r.seed, s["wall_seconds"], s["env_steps"],
-                         s["learner_updates"], s["policy_versions"], s["final_mean_return"],
-                         round(r.cpu_seconds, 2), r.joules, r.grams,
-                         s.get("energy", {}).get("method"),
-                         round(b.get("step_seconds", 0) * US, 1),
-                         round(phases.get("inference", 0) * US, 1),
-                         round(phases.get("env_step", 0) * US, 1), b.get("coverage"),
-                         (s.get("guard") or {}).get("guard_fallback_versions"),
-                         reached.target, reached.wall, reached.cpu, r.folder]
-                    )  # fmt: skip
+        writer.writerows(rows)
 
 
 def _write_arms_csv(path: Path, arms: list[ArmSummary]) -> None:
