@@ -248,6 +248,14 @@ def _sparse_env(settings: RunSettings) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in os.environ or k.startswith("ACTORQ_SPARSITY")}
 
 
+def _note_narrow_sparse(settings: RunSettings) -> None:
+    from actorq.sparse.config import narrow_network_note
+
+    note = narrow_network_note(settings.sparsity_actor, settings.sparsity_critic, settings.hidden)
+    if note:
+        print(note, file=sys.stderr)
+
+
 def _guard_env(settings: RunSettings) -> dict[str, str]:
     """The guard's regret of a Q-network scales with 1 / (1 - gamma): give it DQN's."""
     if settings.algo != "dqn" or "ACTORQ_GUARD_GAMMA" in os.environ:
@@ -311,6 +319,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     config = load_algorithm_config(settings.algo, {**os.environ, **_qat_env(settings)})
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
+    _note_narrow_sparse(settings)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))

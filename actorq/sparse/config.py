@@ -148,3 +148,24 @@ def recipe_environ(
         env["ACTORQ_DELAYED_NSTEP"] = "3"
         env["ACTORQ_DELAYED_NSTEP_AFTER"] = str(min(300_000, stop // 10))
     return env
+
+
+NARROW_WIDTH = 256  # RLx2's width; below it 90% sparse fell behind dense (BENCHMARKS 13c, 13d)
+
+
+def narrow_network_note(sparsity_actor: float, sparsity_critic: float, hidden: tuple[int, ...]):
+    """One line for a run about to train a very sparse narrow network, else None.
+
+    Measured here: at 64x64, 90% sparse SAC on Pendulum-v1 ended 15.9% behind dense and
+    TD3 on HalfCheetah-v5 failed to move in two seeds of three, while at 256x256 the same
+    recipe held (BENCHMARKS 13c-13g). A warning, not an error: the run is still valid.
+    """
+    sparsity = max(sparsity_actor, sparsity_critic)
+    if sparsity < 0.9 or not hidden or min(hidden) >= NARROW_WIDTH:
+        return None
+    shape = "x".join(str(h) for h in hidden)
+    return (
+        f"note: --sparsity {sparsity:g} on a {shape} network: RLx2's results are at "
+        f"{NARROW_WIDTH}x{NARROW_WIDTH}, and below that width 90% sparse fell behind dense "
+        f"here (BENCHMARKS.md 13c, 13d); consider --hidden {NARROW_WIDTH},{NARROW_WIDTH}"
+    )

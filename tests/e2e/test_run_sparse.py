@@ -57,6 +57,7 @@ def test_sparse_td3_learns_pendulum(tmp_path: Path) -> None:
         timeout=420,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "note: --sparsity 0.9 on a 64x64 network" in proc.stderr  # default width
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_mean_return"] >= baseline + MARGIN, (baseline, summary)
     # ER over each network: exactly 90% of all its Linear weights are masked.

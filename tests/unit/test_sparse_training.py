@@ -18,6 +18,7 @@ from actorq.sparse import (
     attach_sparse_training,
     erdos_renyi_densities,
 )
+from actorq.sparse.config import narrow_network_note
 from actorq.sparse.topology import SparseNetwork
 
 OBS, ACT, HIDDEN, BATCH = 3, 2, (64, 64), 32
@@ -230,3 +231,12 @@ def test_algorithms_that_cannot_use_it_are_refused() -> None:
     with pytest.raises(ConfigError, match="uniform"):
         SparseTrainingConfig(dynamic_buffer=True).check_usable("td3", replay="prioritized")
     SparseTrainingConfig(sparsity_actor=0.9, delayed_nstep=3).check_usable("td3")
+
+
+def test_narrow_network_note_only_for_very_sparse_narrow_networks() -> None:
+    note = narrow_network_note(0.9, 0.0, (64, 64))
+    assert note is not None and "64x64" in note and "--hidden 256,256" in note
+    assert narrow_network_note(0.0, 0.95, (256, 128)) is not None  # critic alone, one narrow
+    assert narrow_network_note(0.9, 0.9, (256, 256)) is None  # RLx2's width
+    assert narrow_network_note(0.8, 0.8, (64, 64)) is None  # 80% held at 64x64 (13e)
+    assert narrow_network_note(0.0, 0.0, (32,)) is None  # dense
