@@ -5,7 +5,8 @@ actors, no early stop. Each final checkpoint is then evaluated greedily on the s
 seeded episodes in fp32 and in int8 through the real blob path (actorq.ptq), so the
 arms differ only in how they trained. Prints per-run rows, then per arm the mean, the
 sample std and the range of the final int8 return, its change against dense, the
-sparsity reached and the training/inference FLOPs against dense.
+sparsity reached, the training/inference FLOPs against dense, and the broadcast sizes
+(one full blob, the median delta) over the dense fp32 blob of the same version.
 
     nice -n 5 .venv/bin/python bench/bench_sparse.py --algo td3 --env Pendulum-v1 \\
         --seeds 0,1,2 --sparsities 0,0.9 --env-steps 16000 [-- extra actorq run flags]
@@ -42,6 +43,13 @@ def _run(args: argparse.Namespace, sparsity: float, seed: int, out: Path, extra:
     return summary, rows[32], rows[8]
 
 
+def _per_fp32(summary: dict, key: str) -> str:
+    """A broadcast size over the same version as a dense fp32 blob ("-" if none sent)."""
+    dense = summary.get("dense_fp32_bytes") or 0
+    value = summary.get(key) or 0
+    return f"{value / dense:.3f}" if dense and value else "-"
+
+
 def _spread(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:8.1f}" if values else "-"
@@ -69,7 +77,8 @@ def main() -> None:
     print(
         f"{'sparsity':>8} {'seed':>4} | {'env steps':>9} | {'updates':>7} | {'wall s':>6} | "
         f"{'eval last 100':>13} | {'final fp32':>10} | {'final int8':>10} | "
-        f"{'actor/critic 0s':>15} | {'train FLOPs':>11} | {'infer FLOPs':>11}"
+        f"{'actor/critic 0s':>15} | {'train FLOPs':>11} | {'infer FLOPs':>11} | "
+        f"{'blob/fp32':>9} | {'delta med/fp32':>14}"
     )
     finals: dict[float, list[float]] = {a: [] for a in arms}
     facts: dict[float, list[dict]] = {a: [] for a in arms}
@@ -89,7 +98,8 @@ def main() -> None:
                 f"{s['wall_seconds']:>6.1f} | {s['final_mean_return'] or 0:>13.1f} | "
                 f"{fp32:>10.1f} | {int8:>10.1f} | "
                 f"{sp.get('actor', 0):>7.3f}/{sp.get('critic', 0):<7.3f} | "
-                f"{train:>10.3f}x | {infer:>10.3f}x",
+                f"{train:>10.3f}x | {infer:>10.3f}x | {_per_fp32(s, 'blob_bytes'):>9} | "
+                f"{_per_fp32(s, 'delta_bytes_median'):>14}",
                 flush=True,
             )
     print(f"\nfinal int8 greedy return ({args.episodes} episodes each): mean ± std [min, max]")
