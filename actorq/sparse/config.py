@@ -153,7 +153,9 @@ def recipe_environ(
 NARROW_WIDTH = 256  # RLx2's width; below it 90% sparse fell behind dense (BENCHMARKS 13c, 13d)
 
 
-def narrow_network_note(sparsity_actor: float, sparsity_critic: float, hidden: tuple[int, ...]):
+def narrow_network_note(
+    sparsity_actor: float, sparsity_critic: float, hidden: tuple[int, ...]
+) -> str | None:
     """One line for a run about to train a very sparse narrow network, else None.
 
     Measured here: at 64x64, 90% sparse SAC on Pendulum-v1 ended 15.9% behind dense and
