@@ -1,7 +1,8 @@
 """Bytes per broadcast (full int8, sparse + int8, delta) against the dense fp32 blob, and
 decode/build/forward time of sparse layers: dense int8 after scatter vs torch sparse.
 
-    .venv/bin/python bench/bench_sparse_blob.py [--versions 20] [--quick]
+    .venv/bin/python bench/bench_sparse_blob.py [--versions 20] [--quick] [--big]
+        [--delta-case td3:HalfCheetah-v5:256x256:50 ...]
 
 Table 1: one policy at several sparsities (pruned entries exactly 0, as the learner
 publishes), with the position form the writer picked for the hidden layer. Table 1b: the
@@ -9,12 +10,16 @@ hidden layer's positions in each of the three forms (bitmap, varint gaps, Rice g
 bytes and decode time (`sparse_positions`). Table 2: forward time of the hidden layers at
 90% sparsity, the actor's dense int8 kernels (codes scattered back) vs torch's sparse
 CSR fp32 matmul. Table 3: delta sizes between consecutive versions of a real learner
-(bench/blob_versions.py) publishing every 50 updates, the default.
+(bench/blob_versions.py) publishing every 50 updates, the default, or the cases named
+with --delta-case (algorithm, env, hidden sizes, publish interval; table 3 only). Its
+"codes" and "floats" columns compress the two halves of the diff apart (xz): the int8
+code changes, and the XOR of the fp32 scales and biases.
 """
 
 from __future__ import annotations
 
 import argparse
+import lzma
 import statistics
 import sys
 import time
@@ -29,6 +34,7 @@ from blob_versions import policy_versions
 
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.quant import build_policy_module, decode_blob, encode_policy
+from actorq.quant.arrays import PolicyArrays
 from actorq.quant.blob import dense_fp32_blob_bytes
 from actorq.quant.delta import apply_delta, make_delta
 from actorq.quant.policy_module import int8_layer
@@ -146,25 +152,28 @@ def kernels_table(widths: list[int], repeats: int) -> None:
             )
 
 
+DeltaCase = tuple[str, str, tuple[int, ...], int]  # env, algorithm, hidden sizes, publish every
+
 CODECS = {"xz": policy_pb2.DELTA_CODEC_XZ, "zlib": policy_pb2.DELTA_CODEC_ZLIB}
 
 
-def delta_table(cases: list[tuple[str, str, tuple[int, ...]]], versions: int) -> None:
+def delta_table(cases: list[DeltaCase], versions: int) -> None:
+    print(f"\n3. delta between consecutive versions ({versions} versions per run)")
     print(
-        f"\n3. delta between consecutive versions (publish every 50 updates, {versions} versions)"
+        f"{'run':>34} | {'codec':>5} | {'full int8':>9} | {'delta p10':>9} | {'median':>7} | "
+        f"{'p90':>7} | {'codes':>6} | {'floats':>6} | {'codes changed':>13} | {'make ms':>7} | "
+        f"{'apply ms':>8}  (sizes / dense fp32 blob; codes, floats: xz medians)"
     )
-    print(
-        f"{'run':>26} | {'codec':>5} | {'full int8':>9} | {'delta p10':>9} | {'median':>7} | "
-        f"{'p90':>7} | {'codes changed':>13} | {'make ms':>7} | {'apply ms':>8}"
-        "  (sizes / dense fp32 blob)"
-    )
-    for env_id, algo, hidden in cases:
+    for case in cases:
+        env_id, algo, hidden, every = case
         previous, full, changed = None, 0.0, []
         ratios: dict[str, list[float]] = {name: [] for name in CODECS}
         make_ms: dict[str, list[float]] = {name: [] for name in CODECS}
         apply_ms: dict[str, list[float]] = {name: [] for name in CODECS}
-        for v, (spec, weights) in enumerate(policy_versions(env_id, algo, hidden, versions), 1):
-            encoded = encode_policy(weights, spec, INT8, v, v * 50)
+        halves: dict[str, list[float]] = {"codes": [], "floats": []}
+        stream = policy_versions(env_id, algo, hidden, versions, publish_every=every)
+        for v, (spec, weights) in enumerate(stream, 1):
+            encoded = encode_policy(weights, spec, INT8, v, v * every)
             dense = dense_fp32_blob_bytes(encoded)
             full = encoded.blob_bytes / dense
             if previous is not None:
@@ -176,6 +185,8 @@ def delta_table(cases: list[tuple[str, str, tuple[int, ...]]], versions: int) ->
                     start = time.perf_counter()
                     apply_delta(previous.arrays, delta, expected_sha256=encoded.sha256)
                     apply_ms[name].append(1e3 * (time.perf_counter() - start))
+                for half, size in diff_halves(previous.arrays, encoded.arrays).items():
+                    halves[half].append(size / dense)
                 codes = [
                     (t.values != previous.arrays.tensors[n].values).mean()
                     for n, t in encoded.arrays.tensors.items()
@@ -183,15 +194,52 @@ def delta_table(cases: list[tuple[str, str, tuple[int, ...]]], versions: int) ->
                 ]
                 changed.append(float(np.average(codes)))
             previous = encoded
-        label = f"{algo} {env_id} {'x'.join(map(str, hidden))}"
+        label = f"{algo} {env_id} {'x'.join(map(str, hidden))} /{every}"
         for name in CODECS:
             q = np.quantile(ratios[name], [0.1, 0.5, 0.9])
             print(
-                f"{label:>26} | {name:>5} | {full:>9.4f} | {q[0]:>9.4f} | {q[1]:>7.4f} | "
-                f"{q[2]:>7.4f} | {statistics.mean(changed):>13.3f} | "
+                f"{label:>34} | {name:>5} | {full:>9.4f} | {q[0]:>9.4f} | {q[1]:>7.4f} | "
+                f"{q[2]:>7.4f} | {statistics.median(halves['codes']):>6.4f} | "
+                f"{statistics.median(halves['floats']):>6.4f} | "
+                f"{statistics.mean(changed):>13.3f} | "
                 f"{statistics.median(make_ms[name]):>7.2f} | "
                 f"{statistics.median(apply_ms[name]):>8.2f}"
             )
+
+
+def diff_halves(base: PolicyArrays, target: PolicyArrays) -> dict[str, int]:
+    """xz bytes of the int8 code changes alone, and of the float XORs (scales, biases)."""
+    codes, floats = [], []
+    for name, tensor in target.tensors.items():
+        old = base.tensors[name]
+        if tensor.values.dtype == np.int8:
+            codes.append(tensor.values.view(np.uint8) - old.values.view(np.uint8))
+            floats.append(bit_xor(tensor.scales, old.scales))
+        else:
+            floats.append(bit_xor(tensor.values, old.values))
+    return {
+        "codes": len(lzma.compress(np.concatenate([c.ravel() for c in codes]).tobytes())),
+        "floats": len(lzma.compress(np.concatenate(floats).tobytes())),
+    }
+
+
+def bit_xor(new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    unsigned = np.dtype(f"u{new.dtype.itemsize}")
+    return (new.view(unsigned) ^ old.view(unsigned)).ravel().view(np.uint8)
+
+
+def delta_case(text: str) -> DeltaCase:
+    """`algo:env:WxH:every`, e.g. `sac:HalfCheetah-v5:256x256:50`."""
+    try:
+        algo, env_id, hidden, every = text.split(":")
+        case = (env_id, algo, tuple(int(h) for h in hidden.split("x")), int(every))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--delta-case {text!r}: expected algo:env:WxH:every, e.g. td3:Pendulum-v1:64x64:50"
+        ) from None
+    if case[3] < 1 or min(case[2]) < 1:
+        raise argparse.ArgumentTypeError(f"--delta-case {text!r}: sizes and interval must be >= 1")
+    return case
 
 
 def main() -> None:
@@ -199,7 +247,17 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="small sizes, few versions")
     parser.add_argument("--big", action="store_true", help="also deltas of TD3 256x256 (slow)")
+    parser.add_argument(
+        "--delta-case",
+        type=delta_case,
+        action="append",
+        help="algo:env:WxH:every; repeatable; runs table 3 on these cases only",
+    )
     args = parser.parse_args()
+    if args.delta_case:
+        torch.set_num_threads(1)
+        delta_table(args.delta_case, args.versions)
+        return
     torch.set_num_threads(1)
     repeats = 3 if args.quick else 7
     sizes_table(MLPSpec(17, 6, (256, 256), output_activation="tanh"), repeats)
@@ -208,9 +266,9 @@ def main() -> None:
     positions_table([256] if args.quick else [256, 1024], repeats)
     kernels_table([256] if args.quick else [256, 1024], repeats)
     versions = 4 if args.quick else args.versions
-    cases = [("Pendulum-v1", "td3", (64, 64)), ("CartPole-v1", "dqn", (64, 64))]
+    cases = [("Pendulum-v1", "td3", (64, 64), 50), ("CartPole-v1", "dqn", (64, 64), 50)]
     if args.big:
-        cases.append(("Pendulum-v1", "td3", (256, 256)))
+        cases.append(("Pendulum-v1", "td3", (256, 256), 50))
     delta_table(cases, versions)
 
 
