@@ -6,7 +6,8 @@ seeded episodes in fp32 and in int8 through the real blob path (actorq.ptq), so 
 arms differ only in how they trained. Prints per-run rows, then per arm the mean, the
 sample std and the range of the final int8 return, its change against dense, the
 sparsity reached, the training/inference FLOPs against dense, and the broadcast sizes
-(one full blob, the median delta) over the dense fp32 blob of the same version.
+(one full blob; the deltas' 10th percentile, median and 90th percentile) over the dense
+fp32 blob of the same version.
 
     nice -n 5 .venv/bin/python bench/bench_sparse.py --algo td3 --env Pendulum-v1 \\
         --seeds 0,1,2 --sparsities 0,0.9 --env-steps 16000 [-- extra actorq run flags]
@@ -50,6 +51,12 @@ def _per_fp32(summary: dict, key: str) -> str:
     return f"{value / dense:.3f}" if dense and value else "-"
 
 
+def _delta_spread(summary: dict) -> str:
+    """The stored deltas' 10th percentile, median and 90th percentile over dense fp32."""
+    keys = ("delta_bytes_p10", "delta_bytes_median", "delta_bytes_p90")
+    return "/".join(_per_fp32(summary, key) for key in keys)
+
+
 def _spread(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0]:8.1f}" if values else "-"
@@ -78,7 +85,7 @@ def main() -> None:
         f"{'sparsity':>8} {'seed':>4} | {'env steps':>9} | {'updates':>7} | {'wall s':>6} | "
         f"{'eval last 100':>13} | {'final fp32':>10} | {'final int8':>10} | "
         f"{'actor/critic 0s':>15} | {'train FLOPs':>11} | {'infer FLOPs':>11} | "
-        f"{'blob/fp32':>9} | {'delta med/fp32':>14}"
+        f"{'blob/fp32':>9} | {'delta p10/med/p90 / fp32':>24}"
     )
     finals: dict[float, list[float]] = {a: [] for a in arms}
     facts: dict[float, list[dict]] = {a: [] for a in arms}
@@ -99,7 +106,7 @@ def main() -> None:
                 f"{fp32:>10.1f} | {int8:>10.1f} | "
                 f"{sp.get('actor', 0):>7.3f}/{sp.get('critic', 0):<7.3f} | "
                 f"{train:>10.3f}x | {infer:>10.3f}x | {_per_fp32(s, 'blob_bytes'):>9} | "
-                f"{_per_fp32(s, 'delta_bytes_median'):>14}",
+                f"{_delta_spread(s):>24}",
                 flush=True,
             )
     print(f"\nfinal int8 greedy return ({args.episodes} episodes each): mean ± std [min, max]")

@@ -40,6 +40,8 @@ class ProgressSample:
     blob_bytes: int
     dense_fp32_bytes: int
     delta_bytes_median: float
+    delta_bytes_p10: float
+    delta_bytes_p90: float
     broadcast_bytes_total: int
     bytes_saved_total: int
     policy_rejections: int
@@ -165,6 +167,8 @@ class RunMonitor:
             blob_bytes=int(qz.counter("blob_bytes")),
             dense_fp32_bytes=int(qz.counter("dense_fp32_bytes")),
             delta_bytes_median=qz.counter("delta_bytes_median"),
+            delta_bytes_p10=qz.counter("delta_bytes_p10"),
+            delta_bytes_p90=qz.counter("delta_bytes_p90"),
             broadcast_bytes_total=int(qz.counter("broadcast_bytes_total")),
             bytes_saved_total=int(qz.counter("bytes_saved_total")),
             policy_rejections=int(

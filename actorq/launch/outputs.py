@@ -37,6 +37,8 @@ class Summary:
     fp32_equivalent_bytes: int
     dense_fp32_bytes: int  # the newest version as a dense fp32 blob (baseline of ratios)
     delta_bytes_median: float  # median stored delta between consecutive versions (0: none)
+    delta_bytes_p10: float  # 10th and 90th percentile of the same (nearest rank)
+    delta_bytes_p90: float
     broadcast_bytes_total: int
     bytes_saved_total: int
     eval_episodes: int

@@ -601,6 +601,8 @@ def _write_outputs(
         fp32_equivalent_bytes=spec.fp32_bytes(),
         dense_fp32_bytes=last.dense_fp32_bytes if last else 0,
         delta_bytes_median=last.delta_bytes_median if last else 0.0,
+        delta_bytes_p10=last.delta_bytes_p10 if last else 0.0,
+        delta_bytes_p90=last.delta_bytes_p90 if last else 0.0,
         broadcast_bytes_total=last.broadcast_bytes_total if last else 0,
         bytes_saved_total=last.bytes_saved_total if last else 0,
         eval_episodes=last.eval_episodes if last else 0,

@@ -9,6 +9,7 @@ actor, or one whose delta fails, gets the full blob.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections import deque
 
@@ -32,7 +33,7 @@ class DeltaMaker:
         self._keys = keys
         self._previous: PolicyArrays | None = None
         self.delta_bytes: deque[int] = deque(maxlen=history)
-        """Stored delta sizes, newest last (for the median in summaries)."""
+        """Stored delta sizes, newest last (for the quantiles in summaries)."""
         self.dense_fp32_bytes = 0
         self.sent_by_kind = dict.fromkeys(KINDS, 0)
 
@@ -78,6 +79,19 @@ class DeltaMaker:
         metrics.QUANTIZER_BROADCAST_BYTES_BY_KIND.labels(kind).inc(sent)
         metrics.QUANTIZER_BROADCAST_DENSE_FP32_BYTES.labels(kind).inc(announcement.dense_fp32_bytes)
 
-    @property
-    def delta_bytes_median(self) -> float:
-        return float(statistics.median(self.delta_bytes)) if self.delta_bytes else 0.0
+    def delta_bytes_quantiles(self) -> dict[str, float]:
+        """10th percentile, median and 90th percentile of the stored delta sizes (0: none)."""
+        sizes = sorted(self.delta_bytes)
+        if not sizes:
+            return {"p10": 0.0, "median": 0.0, "p90": 0.0}
+        return {
+            "p10": _nearest_rank(sizes, 0.1),
+            "median": float(statistics.median(sizes)),
+            "p90": _nearest_rank(sizes, 0.9),
+        }
+
+
+def _nearest_rank(sorted_values: list[int], q: float) -> float:
+    """The q-quantile by the nearest-rank rule: a size that was actually stored."""
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return float(sorted_values[rank - 1])

@@ -51,7 +51,10 @@ def serve(settings: QuantizerSettings) -> int:
                 **params.clock.counters("publish_seconds"),  # actorq.breakdown
                 **params.guard_stats.counters(),  # actorq.guard
                 "dense_fp32_bytes": params.deltas.dense_fp32_bytes,
-                "delta_bytes_median": params.deltas.delta_bytes_median,
+                **{
+                    f"delta_bytes_{name}": size
+                    for name, size in params.deltas.delta_bytes_quantiles().items()
+                },
                 **{f"broadcast_{k}_bytes": v for k, v in params.deltas.sent_by_kind.items()},
             },
         )

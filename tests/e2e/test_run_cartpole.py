@@ -82,6 +82,8 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     # Versions after the first travel as deltas, smaller than the full int8 blob.
     assert summary["dense_fp32_bytes"] > summary["fp32_equivalent_bytes"]
     assert 0 < summary["delta_bytes_median"] < summary["blob_bytes"]
+    assert 0 < summary["delta_bytes_p10"] <= summary["delta_bytes_median"]
+    assert summary["delta_bytes_median"] <= summary["delta_bytes_p90"] < summary["blob_bytes"]
 
     for name in (
         "config.json",

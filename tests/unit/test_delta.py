@@ -15,6 +15,8 @@ from actorq.quant import BlobError, build_policy_module, decode_blob, encode_pol
 from actorq.quant import delta as delta_module
 from actorq.quant.delta import apply_delta, make_delta
 from actorq.quant.errors import SignatureError
+from actorq.quantizer.deltas import DeltaMaker
+from actorq.quantizer.store import Announcement
 from actorq.security.signing import PolicyKey, PolicyKeys
 from actorq.v1 import policy_pb2
 
@@ -239,3 +241,28 @@ def test_signed_delta_needs_the_quantizer_key() -> None:
     forger = PolicyKeys(PolicyKey(b"f" * 32))
     with pytest.raises(SignatureError):
         apply_delta(base, make_delta(a.arrays, b, forger) or b"", keys)
+
+
+def _announcement(version: int, delta_bytes: int) -> Announcement:
+    return Announcement(
+        version=version,
+        precision=policy_pb2.PRECISION_INT8,
+        blob_bytes=1_000,
+        sha256=bytes(32),
+        learner_step=version,
+        fp32_equivalent_bytes=4_000,
+        quantization_error=0.0,
+        delta_base=version - 1 if delta_bytes else 0,
+        delta_bytes=delta_bytes,
+        dense_fp32_bytes=4_100,
+    )
+
+
+def test_delta_size_quantiles_count_stored_deltas_only() -> None:
+    maker = DeltaMaker(store=None, keys=PolicyKeys())  # type: ignore[arg-type]
+    assert maker.delta_bytes_quantiles() == {"p10": 0.0, "median": 0.0, "p90": 0.0}
+    maker.record(_announcement(1, 0))  # the first version: no delta
+    for version, size in enumerate([50, 10, 40, 20, 30, 90, 60, 80, 70, 100], start=2):
+        maker.record(_announcement(version, size))
+    maker.record(_announcement(12, 0))  # a version whose delta was larger than its blob
+    assert maker.delta_bytes_quantiles() == {"p10": 10.0, "median": 55.0, "p90": 90.0}
