@@ -36,7 +36,7 @@ from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.quant import build_policy_module, decode_blob, encode_policy
 from actorq.quant.arrays import PolicyArrays
 from actorq.quant.blob import dense_fp32_blob_bytes
-from actorq.quant.delta import apply_delta, make_delta
+from actorq.quant.delta import apply_delta, diff_parts, make_delta
 from actorq.quant.policy_module import int8_layer
 from actorq.quant.rice import best_rice_k, encode_rice_gaps
 from actorq.quant.sparse import encode_bitmap, encode_varints, sparse_positions
@@ -164,8 +164,7 @@ def delta_table(cases: list[DeltaCase], versions: int) -> None:
         f"{'p90':>7} | {'codes':>6} | {'floats':>6} | {'codes changed':>13} | {'make ms':>7} | "
         f"{'apply ms':>8}  (sizes / dense fp32 blob; codes, floats: xz medians)"
     )
-    for case in cases:
-        env_id, algo, hidden, every = case
+    for env_id, algo, hidden, every in cases:
         previous, full, changed = None, 0.0, []
         ratios: dict[str, list[float]] = {name: [] for name in CODECS}
         make_ms: dict[str, list[float]] = {name: [] for name in CODECS}
@@ -208,24 +207,12 @@ def delta_table(cases: list[DeltaCase], versions: int) -> None:
 
 
 def diff_halves(base: PolicyArrays, target: PolicyArrays) -> dict[str, int]:
-    """xz bytes of the int8 code changes alone, and of the float XORs (scales, biases)."""
-    codes, floats = [], []
-    for name, tensor in target.tensors.items():
-        old = base.tensors[name]
-        if tensor.values.dtype == np.int8:
-            codes.append(tensor.values.view(np.uint8) - old.values.view(np.uint8))
-            floats.append(bit_xor(tensor.scales, old.scales))
-        else:
-            floats.append(bit_xor(tensor.values, old.values))
-    return {
-        "codes": len(lzma.compress(np.concatenate([c.ravel() for c in codes]).tobytes())),
-        "floats": len(lzma.compress(np.concatenate(floats).tobytes())),
-    }
-
-
-def bit_xor(new: np.ndarray, old: np.ndarray) -> np.ndarray:
-    unsigned = np.dtype(f"u{new.dtype.itemsize}")
-    return (new.view(unsigned) ^ old.view(unsigned)).ravel().view(np.uint8)
+    """xz bytes of the delta's diff split in two: the int8 code changes (one byte each)
+    and the float XORs (scales, biases), in the order the delta sends them."""
+    parts = [diff for _, diff in diff_parts(base, target)]
+    codes = b"".join(d.tobytes() for d in parts if d.dtype == np.uint8)
+    floats = b"".join(d.tobytes() for d in parts if d.dtype != np.uint8)
+    return {"codes": len(lzma.compress(codes)), "floats": len(lzma.compress(floats))}
 
 
 def delta_case(text: str) -> DeltaCase:
@@ -254,11 +241,10 @@ def main() -> None:
         help="algo:env:WxH:every; repeatable; runs table 3 on these cases only",
     )
     args = parser.parse_args()
+    torch.set_num_threads(1)
     if args.delta_case:
-        torch.set_num_threads(1)
         delta_table(args.delta_case, args.versions)
         return
-    torch.set_num_threads(1)
     repeats = 3 if args.quick else 7
     sizes_table(MLPSpec(17, 6, (256, 256), output_activation="tanh"), repeats)
     if not args.quick:

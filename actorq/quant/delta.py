@@ -78,6 +78,13 @@ def _diff(base: np.ndarray, target: np.ndarray) -> np.ndarray:
     return (_as_bits(target) ^ _as_bits(base)).ravel()
 
 
+def diff_parts(base: PolicyArrays, target: PolicyArrays) -> list[tuple[str, np.ndarray]]:
+    """(name, difference) per array in diff order, uncompressed: uint8 for int8 codes
+    (mod 256), the XORed bit patterns (uint32, uint16) for float values and scales."""
+    pairs = zip(_parts(base), _parts(target), strict=True)
+    return [(name, _diff(held, new)) for (name, held), (_, new) in pairs]
+
+
 def _undiff(base: np.ndarray, diff: np.ndarray) -> np.ndarray:
     if base.dtype == np.int8:
         return (base.view(np.uint8) + diff.reshape(base.shape)).view(np.int8)
@@ -103,8 +110,7 @@ def make_delta(
         or not _same_layout(base, new)
     ):
         return None
-    diffs = [_diff(b, t) for (_, b), (_, t) in zip(_parts(base), _parts(new), strict=True)]
-    raw = b"".join(d.tobytes() for d in diffs)
+    raw = b"".join(diff.tobytes() for _, diff in diff_parts(base, new))
     if codec is None:
         codec = (
             policy_pb2.DELTA_CODEC_XZ
