@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 # Compression of uint8 observations in trajectory segments and pixel replay batches.
+from actorq.errors import ConfigError
 from actorq.obs_codec import CODECS as OBS_CODECS
 
 ENV_PREFIX = "ACTORQ_"
@@ -40,10 +41,6 @@ T = TypeVar("T")
 
 
 REPLAY_KINDS = ("uniform", "prioritized")
-
-
-class ConfigError(ValueError):
-    """A setting has a value that cannot be used; the message names it."""
 
 
 def parse_int_tuple(text: str, name: str = "value") -> tuple[int, ...]:
@@ -155,7 +152,7 @@ def redact_url(url: str) -> str:
 
 
 def _check_security(settings: CommonSettings) -> None:
-    """Security settings name readable files; imported late (security imports config)."""
+    """Security settings name readable files; imported late (tls pulls in grpc)."""
     from actorq.security.signing import load_policy_keys
     from actorq.security.tls import TlsConfig, parse_peer_names
 

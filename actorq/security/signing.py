@@ -14,7 +14,7 @@ import hmac
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actorq.config import ConfigError
+from actorq.errors import ConfigError
 from actorq.quant.errors import SignatureError
 
 MIN_KEY_BYTES = 32

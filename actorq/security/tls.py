@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from actorq.config import ConfigError
+from actorq.errors import ConfigError
 
 ENV_VARS = {
     "cert": "ACTORQ_TLS_CERT",

@@ -43,7 +43,12 @@ def run(args: argparse.Namespace) -> int:
         from actorq.config import ConfigError
 
         raise ConfigError(f"--max-seconds {seconds:g}: expected > 0")
-    return run_study(Path(args.out), settings, precisions, seed_list, seconds, args.report_only)
+    from actorq.study.report import write_report
+
+    out = Path(args.out)
+    code, runs, state = run_study(out, settings, precisions, seed_list, seconds, args.report_only)
+    print(f"report: {write_report(out, runs, state)}")
+    return code
 
 
 __all__ = ["FULL", "add_arguments", "run"]

@@ -124,10 +124,9 @@ def run_study(
     seeds: list[int],
     seconds: float | None,
     report_only: bool = False,
-) -> int:
-    """Run what is not done yet, then write the report; returns the exit code."""
-    from actorq.study.report import write_report
-
+) -> tuple[int, list[PlannedRun], dict]:
+    """Run what is not done yet; returns the exit code, the plan and the study state the
+    report is written from (by the caller: report.py imports this module)."""
     out.mkdir(parents=True, exist_ok=True)
     runs = plan(settings, precisions, seeds)
     state_path = out / "study.json"
@@ -144,9 +143,7 @@ def run_study(
             code = _run_all(runs, out, seconds)
     state["machine_at_end"] = machine()
     state_path.write_text(json.dumps(state, indent=2) + "\n")
-    report = write_report(out, runs, state)
-    print(f"report: {report}")
-    return code
+    return code, runs, state
 
 
 def _run_all(runs: list[PlannedRun], out: Path, seconds: float | None) -> int:
