@@ -35,20 +35,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-import redis
 import torch
 import torch.nn.functional as F
 
 from actorq import metrics
 from actorq.config import ConfigError
+from actorq.guard_probes import Probe
 from actorq.models import MLPSpec
 from actorq.models.cnn import CNNSpec
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, linear_layer_names
-from actorq.onpolicy.segments import SegmentDecodeError, decode_segment
 from actorq.quant import EncodedPolicy, build_policy_module, decode_policy
 from actorq.quant.precision import parse_precision, precision_name
-from actorq.redis_keys import RedisKeys
-from actorq.replay import ReplayDecodeError, decode_batch
 from actorq.v1 import policy_pb2
 
 log = logging.getLogger(__name__)
@@ -57,7 +54,6 @@ ACTION_RANGE = 2.0  # continuous actions are in [-1, 1] (actorq.envs)
 FP32 = policy_pb2.PRECISION_FP32
 DISCRETE_MEASURES = ("regret", "disagreement")
 GuardedSpec = MLPSpec | CNNSpec
-Probe = Callable[[int], np.ndarray | None]  # n -> up to n recent observations, or None
 
 
 @dataclass(frozen=True)
@@ -374,58 +370,6 @@ def _layer_score(reference: np.ndarray, candidate: np.ndarray, continuous: bool)
     # Mean absolute output error: it ranks layers even where the greedy action rarely flips.
     scale = 1.0 if continuous else float(np.abs(reference).mean()) + 1e-8
     return float(np.abs(candidate - reference).mean() / scale)
-
-
-def replay_probe(client: redis.Redis, keys: RedisKeys) -> Probe:
-    """Probe source: observations of the newest replay batches (XREVRANGE), newest first
-    (float32 rows, or uint8 frames [n, C, H, W] of pixel replay, format "3")."""
-
-    def decode(fields) -> np.ndarray | None:
-        try:
-            return decode_batch(fields).obs
-        except ReplayDecodeError:
-            return None
-
-    return _stream_probe(client, keys.replay_stream, decode)
-
-
-def segment_probe(client: redis.Redis, keys: RedisKeys) -> Probe:
-    """Probe source for on-policy runs (PPO and kin write trajectory segments, no replay):
-    the observations of the newest segments, [T, B, *obs] flattened to [T * B, *obs]."""
-
-    def decode(fields) -> np.ndarray | None:
-        try:
-            obs = decode_segment(fields).obs
-        except SegmentDecodeError:
-            return None
-        return obs.reshape(-1, *obs.shape[2:])
-
-    return _stream_probe(client, keys.trajectory_stream, decode, count=2)  # segments are big
-
-
-def _stream_probe(client: redis.Redis, stream: str, decode, count: int = 8) -> Probe:
-    """n -> up to n observations of the newest `count` entries of `stream`, newest first;
-    entries that do not decode, or whose observations differ in shape from the newest
-    one's, are skipped; None when there are none."""
-
-    def probe(n: int) -> np.ndarray | None:
-        try:
-            entries = client.xrevrange(stream, count=count)
-        except redis.RedisError as exc:
-            log.debug("no probe from %s: %s", stream, exc)
-            return None
-        parts, have = [], 0
-        for _id, fields in entries:
-            obs = decode(fields)
-            if obs is None or (parts and obs.shape[1:] != parts[0].shape[1:]):
-                continue
-            parts.append(obs)
-            have += len(obs)
-            if have >= n:
-                break
-        return np.concatenate(parts)[:n] if parts else None
-
-    return probe
 
 
 class GuardStats:

@@ -9,7 +9,8 @@ import logging
 
 from actorq import metrics
 from actorq.config import QuantizerSettings, load_settings, redact_url
-from actorq.guard import GuardConfig, PolicyGuard, replay_probe, segment_probe
+from actorq.guard import GuardConfig, PolicyGuard
+from actorq.guard_probes import replay_probe, segment_probe
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys

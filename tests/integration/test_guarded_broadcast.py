@@ -10,7 +10,8 @@ import redis
 import torch
 
 from actorq.actor.policy_follower import PolicyFollower
-from actorq.guard import GuardConfig, PolicyGuard, divergence, replay_probe, segment_probe
+from actorq.guard import GuardConfig, PolicyGuard, divergence
+from actorq.guard_probes import replay_probe, segment_probe
 from actorq.models import MLPSpec
 from actorq.onpolicy.segments import TrajectorySegment, encode_segment
 from actorq.onpolicy.stream import SegmentWriter
