@@ -77,8 +77,9 @@ class Interval:
     high: float
 
     def fmt(self, digits: int = 1, suffix: str = "") -> str:
-        d = digits
-        return f"{self.point:,.{d}f}{suffix} [{self.low:,.{d}f}, {self.high:,.{d}f}]"
+        d, sign = digits, "+" if suffix else ""  # differences carry their sign
+        point, low, high = (f"{v:{sign},.{d}f}{suffix}" for v in (self.point, self.low, self.high))
+        return f"{point} [{low}, {high}]"
 
 
 def bootstrap_ci(
@@ -203,3 +204,40 @@ def compare_or_none(x, y, name_x: str, name_y: str, **kw) -> Comparison | None:
     if not fx or not fy:
         return None
     return compare(fx, fy, name_x, name_y, **kw)
+
+
+def table(
+    arms: dict[str, list[float]],
+    baseline: str,
+    *,
+    digits: int = 1,
+    higher_is_better: bool = True,
+    reps: int = REPS,
+) -> list[str]:
+    """Markdown lines: per arm its IQM [95% CI], the CI of (arm - baseline) in percent of
+    the baseline's IQM and P(arm better than baseline), from per-seed `arms` scores.
+
+    With `higher_is_better=False` (times) the difference keeps its sign (+ = larger) and
+    P(improvement) is P(arm < baseline).
+    """
+    sign = 1.0 if higher_is_better else -1.0
+    lines = [
+        f"| arm | n | IQM [95% CI] | arm - {baseline}, % of its IQM [95% CI] "
+        "| P(arm better) [95% CI] |",
+        "|---|---:|---|---|---|",
+    ]
+    base = [v for v in arms.get(baseline, []) if np.isfinite(v)]
+    for i, (name, values) in enumerate(arms.items()):
+        finite = [v for v in values if np.isfinite(v)]
+        if not finite:
+            lines.append(f"| {name} | 0 | - | - | - |")
+            continue
+        cells = [bootstrap_ci(finite, reps=reps, seed=10 * i).fmt(digits), "-", "-"]
+        if name != baseline and base:
+            cells[1] = difference_ci(finite, base, reps=reps, seed=10 * i + 1).fmt(1, "%")
+            poi = probability_of_improvement(
+                [sign * v for v in finite], [sign * v for v in base], reps=reps, seed=10 * i + 2
+            )
+            cells[2] = poi.fmt(2)
+        lines.append(f"| {name} | {len(finite)} | {' | '.join(cells)} |")
+    return lines

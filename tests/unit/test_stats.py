@@ -104,3 +104,13 @@ def test_matches_rliable():
     # Same resampling scheme, different random draws: endpoints agree to bootstrap noise.
     assert ours.low == pytest.approx(ref[0][0], abs=0.05 * spread)
     assert ours.high == pytest.approx(ref[1][0], abs=0.05 * spread)
+
+
+def test_table_rows_and_time_direction():
+    lines = stats.table({"fp32": [10.0, 11.0, 12.0], "int8": [5.0, 6.0, 7.0]}, "fp32", reps=500)
+    assert lines[0].startswith("| arm | n | IQM") and len(lines) == 4
+    assert "-45.5%" in lines[3]  # (6 - 11) / 11
+    assert lines[3].endswith("| 0.00 [0.00, 0.00] |")  # higher is better: int8 never wins
+    times = stats.table({"fp32": [10.0, 11.0], "int8": [5.0, 6.0]}, "fp32", higher_is_better=False)
+    assert times[3].endswith("| 1.00 [1.00, 1.00] |")  # shorter times win every pair
+    assert stats.table({"a": [float("inf")]}, "a")[2] == "| a | 0 | - | - | - |"
