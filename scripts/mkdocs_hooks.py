@@ -44,7 +44,7 @@ def _rewrite(markdown: str, from_root: bool) -> str:
     return LINK.sub(fix, markdown)
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
+def on_page_markdown(markdown: str, page, config, files) -> str:
     marker = MARKER.search(markdown)
     if marker:
         root = Path(config["docs_dir"]).parent / marker.group(1)
