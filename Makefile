@@ -119,8 +119,8 @@ config-docs: $(STAMP)  ## regenerate docs/configuration.md from the settings dat
 blob-vectors: $(STAMP)  ## regenerate docs/blob-vectors/ (policy blob test vectors)
 	$(PY) scripts/gen_blob_vectors.py
 
-dashboard:  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
-	$(PYTHON) deploy/grafana/build_dashboard.py
+dashboard: $(STAMP)  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
+	$(PY) deploy/grafana/build_dashboard.py
 
 bench-fuzz: $(STAMP)  ## >= 10,000 adversarial inputs per gRPC method, table of statuses (BENCHMARKS.md; ~15 min)
 	$(PY) bench/fuzz_grpc.py --inputs 10000
