@@ -9,7 +9,8 @@ for ports; tests/unit/test_blob_vectors.py runs it on docs/blob-vectors/.
 
     policy = read_blob(envelope_bytes, secret=None)      # -> Policy (arrays + header)
     target = apply_delta(delta_envelope_bytes, policy)   # -> Policy of the new version
-    actions = forward(policy, obs)                       # float32 network output
+
+The network itself (sections 2 and 3) is in network.py beside this file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hmac
 import lzma
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -140,7 +141,6 @@ class Policy:
     tensors: dict[str, Tensor]
     payload: bytes
     sha256: bytes
-    header_fields: list = field(default_factory=list)  # raw Policy fields other than 5
 
 
 def weight_shapes(spec: dict) -> dict[str, tuple[int, ...]]:
@@ -209,7 +209,6 @@ def read_blob(envelope: bytes, secret: bytes | None = None) -> Policy:
 
 
 def read_payload(payload: bytes, digest: bytes) -> Policy:
-    fields = parse(payload)
     f = _fields(payload)
     spec = _spec(_one(f, 4, b""))
     precision = _one(f, 3, 0)
@@ -224,8 +223,7 @@ def read_payload(payload: bytes, digest: bytes) -> Policy:
         tensors[name] = tensor
     if set(tensors) != set(shapes):
         raise BlobError(f"missing tensors: {sorted(set(shapes) - set(tensors))}")
-    header = [(n, raw) for n, _, _, raw in fields if n != 5]
-    return Policy(_one(f, 1, 0), precision, spec, tensors, payload, digest, header)
+    return Policy(_one(f, 1, 0), precision, spec, tensors, payload, digest)
 
 
 def _tensor(buf: bytes, precision: int) -> tuple[str, Tensor]:
@@ -361,10 +359,10 @@ def apply_delta(envelope: bytes, base: Policy, secret: bytes | None = None) -> P
         if t.scales is not None:
             scales, pos = _undiff(t.scales, raw, pos)
         tensors.append((name, values, scales))
-    header_fields = [raw_f for n, _, _, raw_f in parse(header) if n != 5]
-    numbers = [n for n, _, _, _ in parse(header) if n != 5]
-    before = b"".join(r for n, r in zip(numbers, header_fields, strict=True) if n < 5)
-    after = b"".join(r for n, r in zip(numbers, header_fields, strict=True) if n > 5)
+    # Header fields 1-4 before the tensors (field 5), 6-7 after: number order.
+    fields = [(n, raw) for n, _, _, raw in parse(header) if n != 5]
+    before = b"".join(raw for n, raw in fields if n < 5)
+    after = b"".join(raw for n, raw in fields if n > 5)
     precision = _fields(header).get(3, [(0, 0)])[-1][1]
     body = b"".join(_len_field(5, encode_tensor(n, v, s, precision)) for n, v, s in tensors)
     rebuilt = before + body + after
@@ -438,44 +436,3 @@ def _sparse_fields(codes: np.ndarray) -> tuple[bytes, int, bytes] | None:
     if idx.size + len(positions) >= flat.size:
         return None
     return flat[idx].astype(np.int8).tobytes(), number, positions
-
-
-# --- inference (sections 2 and 3) ----------------------------------------------------------
-
-
-def forward(policy: Policy, obs: np.ndarray) -> np.ndarray:
-    """The network in float32 over dequantized weights (what an FP32 reader runs)."""
-    t = {n: x.values for n, x in policy.tensors.items()}
-    spec = policy.spec
-    if spec["kind"] == "cnn":
-        x = obs.astype(np.float32) * np.float32(spec["input_scale"])
-        for i, (_, _, stride) in enumerate(spec["conv"]):
-            x = np.maximum(
-                _conv2d(x, t[f"convs.{2 * i}.weight"], stride)
-                + t[f"convs.{2 * i}.bias"][None, :, None, None],
-                0,
-            )
-        x, prefix = x.reshape(x.shape[0], -1), "head"  # flatten (C, H, W) row-major
-    else:
-        x, prefix = obs.astype(np.float32), "layers"
-        if spec["input_norm"]:
-            x = (x - t["input_norm.shift"]) * t["input_norm.scale"]
-    layers = len(spec["hidden"]) + 1
-    for j in range(layers):
-        x = x @ t[f"{prefix}.{2 * j}.weight"].T + t[f"{prefix}.{2 * j}.bias"]
-        if j < layers - 1:
-            x = np.maximum(x, 0)
-    return np.tanh(x) if spec["output_activation"] == "tanh" else x
-
-
-def _conv2d(x: np.ndarray, w: np.ndarray, stride: int) -> np.ndarray:
-    """Valid (unpadded) cross-correlation, [B, C, H, W] * [O, C, k, k] -> [B, O, H', W']."""
-    b, _, h, wd = x.shape
-    o, _, k, _ = w.shape
-    ho, wo = (h - k) // stride + 1, (wd - k) // stride + 1
-    out = np.zeros((b, o, ho, wo), np.float32)
-    for i in range(ho):
-        for j in range(wo):
-            patch = x[:, :, i * stride : i * stride + k, j * stride : j * stride + k]
-            out[:, :, i, j] = patch.reshape(b, -1) @ w.reshape(o, -1).T
-    return out

@@ -19,15 +19,15 @@ MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
 SECRET = MANIFEST["key_file_text"].strip().encode("ascii")  # section 1: text, stripped
 
 
-def _load_reader():
-    spec = importlib.util.spec_from_file_location("blob_reader", VECTORS / "reader.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"blob_{name}", VECTORS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["blob_reader"] = module  # dataclasses look their module up
+    sys.modules[f"blob_{name}"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-reader = _load_reader()
+reader, network = _load("reader"), _load("network")
 FULL = sorted(n for n, v in MANIFEST["vectors"].items() if v["kind"] == "full")
 DELTAS = sorted(n for n, v in MANIFEST["vectors"].items() if v["kind"] == "delta")
 
@@ -41,8 +41,9 @@ def _read(name: str):
     return reader.read_blob(_blob(name), SECRET if signed else None)
 
 
-def test_reader_imports_no_actorq_and_no_protobuf():
-    tree = ast.parse((VECTORS / "reader.py").read_text())
+@pytest.mark.parametrize("name", ["reader", "network"])
+def test_reader_imports_no_actorq_and_no_protobuf(name: str):
+    tree = ast.parse((VECTORS / f"{name}.py").read_text())
     imported = {
         alias.name
         for node in ast.walk(tree)
@@ -83,7 +84,7 @@ def _assert_matches(policy, name: str) -> None:
             assert np.array_equal(tensor.scales, expected[f"{tname}:scales"]), tname
         if tensor.positions:
             assert entry["sparse_positions"][tname] == tensor.positions
-    out = reader.forward(policy, expected["__obs__"])
+    out = network.forward(policy, expected["__obs__"])
     np.testing.assert_allclose(out, expected["__out__"], rtol=1e-5, atol=1e-5)
 
 
