@@ -70,18 +70,22 @@ def test_compare_line_names_both_arms():
     assert stats.compare_or_none([float("nan")], [1.0], "a", "b") is None
 
 
-RLIABLE = importlib.util.find_spec("rliable") is not None
+RLIABLE = all(importlib.util.find_spec(m) is not None for m in ("rliable", "arch"))
 
 
 @pytest.mark.skipif(
     not RLIABLE,
     reason="rliable is not installed: rliable 1.2.0 pins arch<8, and arch 7 fails to import "
-    "with pandas 3 (docs/benchmarks.md 'Statistics'); pip install rliable arch==8.0.0 to run",
+    "with pandas 3 (ARCHITECTURE.md 'Documentation and statistics'); pip install rliable "
+    "arch==8.0.0 to run it",
 )
 def test_matches_rliable():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from rliable import metrics
+        try:
+            from rliable import metrics
+        except (ImportError, TypeError) as exc:  # arch 7 with pandas 3: TypeError on import
+            pytest.skip(f"rliable is installed but does not import here: {exc!r}")
 
     rng = np.random.default_rng(7)
     x = rng.normal(100, 15, size=(10, 2))
