@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+
+.PHONY: docs config-docs blob-vectors
 .PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
 
 $(STAMP): pyproject.toml
@@ -108,8 +110,17 @@ bench-compose: image  ## compose stacks of 1..32 actor containers: healthy time,
 compose-e2e: $(STAMP)  ## make image, then compose up --scale actor=32 and its drills (~5-10 min)
 	ACTORQ_COMPOSE_ACTORS=$${ACTORQ_COMPOSE_ACTORS:-32} $(PY) -m pytest tests/e2e/test_compose.py -v -s $(ARGS)
 
-dashboard:  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
-	$(PYTHON) deploy/grafana/build_dashboard.py
+docs: $(STAMP)  ## the documentation site (mkdocs-material) into site/; broken links fail
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+config-docs: $(STAMP)  ## regenerate docs/configuration.md from the settings dataclasses
+	$(PY) scripts/gen_config_docs.py
+
+blob-vectors: $(STAMP)  ## regenerate docs/blob-vectors/ (policy blob test vectors)
+	$(PY) scripts/gen_blob_vectors.py
+
+dashboard: $(STAMP)  ## regenerate deploy/grafana/dashboards/actorq.json from deploy/grafana/build_dashboard.py
+	$(PY) deploy/grafana/build_dashboard.py
 
 bench-fuzz: $(STAMP)  ## >= 10,000 adversarial inputs per gRPC method, table of statuses (BENCHMARKS.md; ~15 min)
 	$(PY) bench/fuzz_grpc.py --inputs 10000

@@ -24,6 +24,7 @@ from pathlib import Path
 from arms import arm_env, arm_folder, run_quietly
 
 from actorq.ptq import load_policy, run_study
+from actorq.study.stats import table
 
 
 def _run(args: argparse.Namespace, arm: str, seed: int, out: Path, extra: list[str]):
@@ -107,6 +108,8 @@ def main() -> None:
     print(f"\nfinal return over the seeds that ran ({args.episodes} episodes each):")
     for precision in precisions:
         print(_arm_summary(precision, finals[precision], precisions[0], finals[precisions[0]]))
+    print("\nIQM with 95% stratified bootstrap CIs (Agarwal et al. 2021; actorq.study.stats):")
+    print("\n".join(table(finals, precisions[0])))
     print(f"run folders: {out}")
 
 

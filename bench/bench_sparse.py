@@ -25,6 +25,7 @@ from pathlib import Path
 from arms import run_quietly
 
 from actorq.ptq import load_policy, run_study
+from actorq.study.stats import table
 
 
 def _run(args: argparse.Namespace, sparsity: float, seed: int, out: Path, extra: list[str]):
@@ -119,6 +120,8 @@ def main() -> None:
         gap = f"{100 * (mean - dense) / abs(dense):+.1f}% vs {arms[0]:g}" if dense else ""
         train = statistics.mean(f["train_flops"] / f["dense_train_flops"] for f in facts[arm])
         print(f"{arm:>8g}: {_spread(finals[arm])}  {gap}  train FLOPs {train:.3f}x dense")
+    print("\nIQM with 95% stratified bootstrap CIs (Agarwal et al. 2021; actorq.study.stats):")
+    print("\n".join(table({f"{a:g}": finals[a] for a in arms}, f"{arms[0]:g}")))
     print(f"run folders: {out}")
 
 

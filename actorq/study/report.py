@@ -20,6 +20,7 @@ from actorq.study.analysis import (
     summarize_arm,
 )
 from actorq.study.runner import PlannedRun, is_done
+from actorq.study.stats import table
 
 US = 1e6
 
@@ -58,6 +59,7 @@ def write_report(out: Path, runs: list[PlannedRun], state: dict) -> Path:
         ]
         description = settings[name].describe(state.get("seconds_override"))
         lines += _setting_section(description, settings[name].note, setting_arms)
+        lines += _interval_section(by_precision, fp32, target)
         _plot_returns(out / f"return_vs_time_{name}.png", name, by_precision, fp32, target)
         _plot_breakdown(out / f"breakdown_{name}.png", name, setting_arms)
         _plot_ratios(out / f"ratios_{name}.png", name, setting_arms)
@@ -153,6 +155,34 @@ def _setting_section(description: str, note: str, arms: list[ArmSummary]) -> lis
             f"{background} |"
         )
     return [*lines, ""]
+
+
+def _interval_section(
+    by_precision: dict[str, list[RunResult]], fp32: dict[int, RunResult], target: float | None
+) -> list[str]:
+    """Final return and seconds to target as IQMs with 95% stratified bootstrap CIs, the CI
+    of each arm's difference from fp32 and P(arm better than fp32) (actorq.study.stats)."""
+    if "fp32" not in by_precision:
+        return []
+    finals = {
+        p: [r.final_return for r in rs if r.final_return is not None]
+        for p, rs in by_precision.items()
+    }
+    # A run that never reached the target counts as its whole run: a lower bound.
+    walls = {
+        p: [against_fp32(r, fp32.get(r.seed), target).wall or r.summary["wall_seconds"] for r in rs]
+        for p, rs in by_precision.items()
+    }
+    return [
+        "Final return, IQM with 95% stratified bootstrap CIs (Agarwal et al. 2021):",
+        "",
+        *table(finals, "fp32"),
+        "",
+        "Seconds to target, IQM (a run that never reached it counts as its whole run):",
+        "",
+        *table(walls, "fp32", higher_is_better=False),
+        "",
+    ]
 
 
 def _at_least(ratio: float | None, lower_bound: float | None) -> str:

@@ -212,7 +212,7 @@ def test_every_scraped_actorq_metric_is_charted(prometheus: str) -> None:
     _wait_for(lambda: (_value(prometheus, "max(actorq_learner_policy_version)") or 0) > 0,
               120, "no policy published")  # fmt: skip
     sys.path.insert(0, str(BUILDER.parent))
-    import build_dashboard  # deploy/grafana: stdlib only
+    import build_dashboard  # deploy/grafana: grafana-foundation-sdk
 
     names = [n for n in _api(prometheus, "label/__name__/values") if n.startswith("actorq_")]
     assert "actorq_service_energy_joules_total" in names  # the collector's, not in metrics.py

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDER = ROOT / "deploy" / "grafana" / "build_dashboard.py"
 
 sys.path.insert(0, str(BUILDER.parent))
-import build_dashboard as bd  # noqa: E402  (deploy/grafana: stdlib only)
+import build_dashboard as bd  # noqa: E402  (deploy/grafana: grafana-foundation-sdk)
 
 DASHBOARD = bd.build()
 DEFINED = bd.defined_metrics()

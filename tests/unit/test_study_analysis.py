@@ -120,6 +120,10 @@ def test_report_names_a_fixed_target_and_a_lower_bound(tmp_path: Path) -> None:
     assert "timed to return 475" in report
     assert "| int8 | 1 | 500.0 |" in report and "| 1/1 | 300.0 | > 1.60x |" in report
     assert "| 1.00x | > 1.60x |" in report  # energy: whole run equal, to the target bound
+    # rliable figures beside them: final return +150%, and fp32's whole run (480 s, never
+    # reached) against int8's 300 s to the target
+    assert "| int8 | 1 | 500.0 [500.0, 500.0] | +150.0% [+150.0%, +150.0%] |" in report
+    assert "| int8 | 1 | 300.0 [300.0, 300.0] | -37.5% [-37.5%, -37.5%] | 1.00" in report
     with (tmp_path / "runs.csv").open() as f:
         rows = {r["precision"]: r for r in csv.DictReader(f)}
     assert rows["int8"]["target"] == "475.0" and rows["int8"]["wall_to_target"] == "300.0"
