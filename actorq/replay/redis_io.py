@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 Entry = tuple[bytes, dict[bytes, bytes]]
 
-BULK_READ_COUNT = 4096
-"""Entries one bulk poll asks for: 131,072 CartPole transitions (~8 MB) at 32 per entry
-(more per call amortises the round trip and the per-call Python; BENCHMARKS.md 17)."""
+BULK_READ_COUNT = 512
+"""Entries one bulk poll asks for: 16,384 CartPole transitions (~1 MB) at 32 per entry
+(more per call amortises the round trip and the per-call Python; BENCHMARKS.md "Learner ingest")."""
 
 
 class RedisReplayWriter:
