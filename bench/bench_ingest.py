@@ -55,11 +55,12 @@ url, prefix, total, capacity = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(s
 client = redis.Redis.from_url(url)
 reader = RedisReplayReader(client, RedisKeys(prefix), ReplayStorage(capacity, obs_dim=4))
 cpu = lambda: sum(float(client.info("cpu")[k]) for k in ("used_cpu_sys", "used_cpu_user"))
-cpu0, t0 = cpu(), time.perf_counter()
+cpu0, t0, own0 = cpu(), time.perf_counter(), time.process_time()
 while reader.added < total:
     reader.poll(block_ms=0)
 seconds, redis_cpu = time.perf_counter() - t0, cpu() - cpu0
-print(json.dumps({"seconds": seconds, "added": reader.added, "redis_cpu": redis_cpu}))
+own = time.process_time() - own0
+print(json.dumps({"seconds": seconds, "cpu": own, "added": reader.added, "redis_cpu": redis_cpu}))
 """
 
 
@@ -111,14 +112,14 @@ def redis_cpu(client: redis.Redis) -> float:
 def timed_poll(client, keys, total, capacity, bulk, count) -> dict:
     """The real reader's poll loop until every transition is in storage."""
     reader = RedisReplayReader(client, keys, ReplayStorage(capacity, 4), bulk=bulk)
-    cpu0, t0 = redis_cpu(client), time.perf_counter()
+    cpu0, t0, own0 = redis_cpu(client), time.perf_counter(), time.process_time()
     polls = 0
     while reader.added < total:
         reader.poll(block_ms=0, count=count)
         polls += 1
-    seconds = time.perf_counter() - t0
+    seconds, own = time.perf_counter() - t0, time.process_time() - own0
     assert reader.rejected == 0 and len(reader.storage) == min(total, capacity)
-    return {"seconds": seconds, "redis_cpu": redis_cpu(client) - cpu0, "polls": polls}
+    return {"seconds": seconds, "cpu": own, "redis_cpu": redis_cpu(client) - cpu0, "polls": polls}
 
 
 def staged(client, keys, total, capacity, bulk, count) -> dict[str, float]:
@@ -188,8 +189,9 @@ def report(out: dict) -> None:
     total = out["transitions"]
     print(f"\n{total:,} transitions in {out['entries']:,} entries "
           f"({total / out['entries']:.1f} per entry)")  # fmt: skip
-    print(f"{'arm':>16} {'transitions/s':>14} {'x plain-512':>11} {'xread':>7} {'unpack':>7} "
-          f"{'insert':>7} {'us/poll':>8} {'redis cpu s/M':>13}")  # fmt: skip
+    heads = ("xread", "unpack", "insert", "us/poll")
+    print(f"{'arm':>16} {'transitions/s':>14} {'x plain-512':>11} {'per cpu-s':>11} "
+          + " ".join(f"{h:>7}" for h in heads) + f" {'redis cpu s/M':>13}")  # fmt: skip
     rates = {k: [total / r["seconds"] for r in v] for k, v in out["results"].items()}
     base = statistics.median(rates.get("plain-512") or next(iter(rates.values())))
     for name, rows in out["results"].items():
@@ -199,10 +201,12 @@ def report(out: dict) -> None:
         polls = statistics.median(r.get("polls", float("nan")) for r in rows)
         per_poll = statistics.median(r["seconds"] for r in rows) / polls * 1e6
         cpu = statistics.median(r["redis_cpu"] for r in rows) / total * 1e6
-        print(f"{name:>16} {rate:>14,.0f} {rate / base:>10.2f}x "
+        per_cpu = total / statistics.median(r["cpu"] for r in rows)
+        print(f"{name:>16} {rate:>14,.0f} {rate / base:>10.2f}x {per_cpu:>11,.0f} "
               + " ".join(f"{s:>7.0f}" for s in stages)
               + f" {per_poll:>8.0f} {cpu:>13.2f}")  # fmt: skip
-    print("stages in ns per transition; rates are medians over rounds: "
+    print("per cpu-s: transitions per CPU second of the reading process (wall rates suffer "
+          "on a loaded machine); stages in ns per transition; wall rates per round: "
           + ", ".join(f"{k} {[round(r) for r in v]}" for k, v in rates.items()))  # fmt: skip
 
 
