@@ -320,6 +320,8 @@ def _as_is(response: Any, **_options: Any) -> Any:
 def _runs(entries: Sequence[Any]) -> list[tuple[tuple[bytes, ...] | None, list[Any]]]:
     """Consecutive entries grouped by field layout, in stream order."""
     layouts = [layout_of(fields) for _, fields in entries]
+    if not layouts:  # a shard that owns none of this poll's entries
+        return []
     if layouts.count(layouts[0]) == len(layouts):  # the usual case: one writer format
         return [(layouts[0], list(entries))]
     runs: list[tuple[tuple[bytes, ...] | None, list[Any]]] = []

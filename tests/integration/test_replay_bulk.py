@@ -172,3 +172,25 @@ def test_bulk_matches_plain_around_malformed_entries(redis_client, bad, seed) ->
         _assert_same(plain, bulk)
     finally:
         redis_client.delete(keys.replay_stream, keys.inserted_counter)
+
+
+def test_bulk_matches_plain_per_shard(redis_client, redis_keys) -> None:
+    """Parallel learners split the stream by entry id: each share is the same both ways,
+    including polls in which a share owns no entry at all."""
+    rng = np.random.default_rng(3)
+    writer = RedisReplayWriter(redis_client, redis_keys, maxlen_entries=10_000)
+    for i in range(40):
+        writer.write(_batch(rng, 8 * i, 8))
+    stored = 0
+    for index in range(3):
+        made = []
+        for bulk in (False, True):
+            storage = ReplayStorage(1000, OBS_DIM)
+            reader = RedisReplayReader(
+                redis_client, redis_keys, storage, Recorder(), shard=(index, 3), bulk=bulk
+            )
+            _drain(reader, count=1)
+            made.append(reader)
+        _assert_same(*made)
+        stored += made[0].storage.total_added
+    assert stored == 320
