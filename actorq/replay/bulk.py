@@ -98,19 +98,20 @@ def _decode(
     rows = int(n.sum())
     width = act_dim or 1
     action_dtype = _F32 if continuous else _I64
+    action = _array(column(b"action"), action_dtype, n * width)
+    if continuous:
+        action = action.reshape(rows, act_dim)
+        _finite(action)
     cols: Columns = {
         "obs": _floats(column(b"obs"), n * obs_dim).reshape(rows, obs_dim),
-        "action": _array(column(b"action"), action_dtype, n * width),
+        "action": action,
         "reward": _floats(column(b"reward"), n),
         "next_obs": _floats(column(b"next_obs"), n * obs_dim).reshape(rows, obs_dim),
         "done": _done(column(b"done"), n),
         "policy_version": np.repeat(versions, n),
     }
-    if continuous:
-        cols["action"] = cols["action"].reshape(rows, act_dim)
-        _finite(cols["action"])
     cols["steps"] = _steps(column(b"steps"), n) if b"steps" in pos else 1
-    cols |= _behaviour(column, pos, n, cols["action"])
+    cols |= _behaviour(column, pos, n, action)
     return cols, rows
 
 

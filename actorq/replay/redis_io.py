@@ -206,7 +206,7 @@ class RedisReplayReader:
         self.added += added
         return added
 
-    def _ingest_run(self, layout: tuple[bytes, ...] | None, run: list[Entry]) -> int:
+    def _ingest_run(self, layout: tuple[bytes, ...] | None, run: list[Any]) -> int:
         decoded = None
         flat = self.storage.obs_layout[0] == np.float32  # pixel storages: plain path
         if layout is not None and flat and self.storage.links is None:
