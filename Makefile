@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -82,6 +82,9 @@ study: $(STAMP)  ## actorq study: every setting, 3 seeds (hours); resumable
 
 bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path vs fast path, vs the FLOP floor (BENCHMARKS.md 12; ARGS=--quick)
 	$(PY) bench/bench_learner.py $(ARGS)
+
+bench-ingest: $(STAMP)  ## learner ingest alone: XREAD + unpack + replay insert, bulk vs plain path, Redis CPU per 1M transitions (BENCHMARKS.md "Learner ingest"; ARGS=--old-python /work/main/.venv/bin/python)
+	$(PY) bench/bench_ingest.py $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, forked vs spawned services (BENCHMARKS.md 12)
 	$(PY) bench/bench_startup.py $(ARGS)

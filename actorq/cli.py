@@ -10,6 +10,7 @@ from actorq.config import ALGORITHMS, PRECISIONS, ConfigError, RunSettings, pars
 
 EXIT_USER_ERROR = 2
 CONTINUOUS_SAMPLES_PER_INSERT = 128.0
+SETTLE_AT_DEFAULT = "auto, or none with --target-return none"  # --settle-at not given
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -29,6 +30,8 @@ def _target(text: str) -> float | None:
 
 
 def _settle_at(text: str) -> float | str | None:
+    if text == SETTLE_AT_DEFAULT:  # argparse passes a string default through `type`
+        return text
     return "auto" if text.lower() == "auto" else _target(text)
 
 
@@ -66,8 +69,9 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-env-steps",
         type=int,
-        default=d.max_env_steps,
-        help="stop after this many actor env steps",
+        default=None,
+        help=f"stop after this many actor env steps (default: {d.max_env_steps}, or no limit "
+        "when --max-seconds is given; 0 = no limit, needs --max-seconds)",
     )
     p.add_argument(
         "--target-return",
@@ -78,13 +82,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--settle-at",
         type=_settle_at,
-        default="auto",
+        default=SETTLE_AT_DEFAULT,
         help="when one evaluator round (25 episodes, ACTORQ_SETTLE_EPISODES) first averages "
         "this return, the learner goes back to the weights of the version that scored it, "
         "drops to a replay ratio of 4 and stops changing its weights (learning rate x "
         "ACTORQ_SETTLE_LR_SCALE, default 0) for the rest of the run, so a solved policy stays "
         "solved ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1, else "
-        "never; 'none' = never; BENCHMARKS.md 12r, 12t)",
+        "never; 'none' = never; BENCHMARKS.md 12r, 12t); not given: auto, but none with "
+        "--target-return none (a throughput run)",
     )
     p.add_argument(
         "--max-seconds", type=float, default=d.max_seconds, help="wall-clock budget (0 = none)"
@@ -217,7 +222,13 @@ def _samples_per_insert(args: argparse.Namespace) -> float:
 
 def _resolve_settle_at(args: argparse.Namespace) -> float | None:
     """--settle-at auto: the env's reward threshold for DQN on one learner, else never (it
-    was measured for DQN only: BENCHMARKS 12k)."""
+    was measured for DQN only: BENCHMARKS 12k). Not given: auto, unless --target-return
+    is none, where nothing is to be solved and settling would freeze a throughput run's
+    learner mid-run."""
+    if args.settle_at == SETTLE_AT_DEFAULT:
+        if args.target_return is None:
+            return None
+        args.settle_at = "auto"
     if args.settle_at != "auto":
         return args.settle_at
     if args.algo != "dqn" or args.learners != 1:
@@ -228,6 +239,13 @@ def _resolve_settle_at(args: argparse.Namespace) -> float | None:
         return gymnasium.spec(args.env).reward_threshold
     except gymnasium.error.Error:
         return None  # not a registered gymnasium id (dmc:, minatar:, ...): no threshold
+
+
+def _resolve_max_env_steps(args: argparse.Namespace) -> int:
+    """--max-env-steps when given; else no limit (0) with --max-seconds, else the default."""
+    if args.max_env_steps is not None:
+        return args.max_env_steps
+    return 0 if args.max_seconds > 0 else RunSettings().max_env_steps
 
 
 def _or(value: float | None, default: float) -> float:
@@ -242,7 +260,7 @@ def _run(args: argparse.Namespace) -> int:
         envs_per_actor=args.envs_per_actor,
         precision=args.precision,
         hidden=args.hidden,
-        max_env_steps=args.max_env_steps,
+        max_env_steps=_resolve_max_env_steps(args),
         target_return=args.target_return,
         settle_at=_resolve_settle_at(args),
         max_seconds=args.max_seconds,

@@ -470,7 +470,7 @@ class RunSettings:
     envs_per_actor: int = 8
     precision: str = "int8"
     hidden: tuple[int, ...] = (64, 64)
-    max_env_steps: int = 500000  # stop when the actors together took this many steps
+    max_env_steps: int = 500000  # stop when the actors together took this many; 0 = no limit
     target_return: float | None = 475.0  # stop when the evaluator's mean reaches it
     settle_at: float | None = None  # the learner settles when the evaluator's mean reaches it
     max_seconds: float = 0.0  # wall-clock budget; 0 = none
@@ -518,7 +518,11 @@ class RunSettings:
             self.envs_per_actor >= 1, f"--envs-per-actor: expected >= 1, got {self.envs_per_actor}"
         )
         _check_precision(self.precision)
-        _check(self.max_env_steps >= 1, f"--max-env-steps: expected >= 1, got {self.max_env_steps}")
+        _check(self.max_env_steps >= 0, f"--max-env-steps: expected >= 0, got {self.max_env_steps}")
+        _check(
+            self.max_env_steps > 0 or self.max_seconds > 0,
+            "--max-env-steps 0 (no limit) needs --max-seconds, or nothing would end the run",
+        )
         _check(self.max_seconds >= 0, f"--max-seconds: expected >= 0, got {self.max_seconds}")
         _check(self.eval_envs >= 1, f"--eval-envs: expected >= 1, got {self.eval_envs}")
         _check(

@@ -30,6 +30,7 @@ def run_one(env: str, replay: str, learners: int, seed: int, out: Path, budget: 
     cmd = [sys.executable, "-m", "actorq", "run", "--env", env, "--replay", replay]
     cmd += ["--learners", str(learners), "--seed", str(seed), "--run-dir", str(run_dir)]
     cmd += ["--target-return", str(TARGETS[env]), "--max-seconds", str(budget)]
+    cmd += ["--max-env-steps", "500000"]  # as before --max-seconds alone lifted the limit
     run_quietly(cmd, {})
     return json.loads((run_dir / "summary.json").read_text())
 

@@ -46,6 +46,10 @@ def _run(arm: str, seed: int, out: Path, extra: list[str], budget: float) -> dic
         str(run_dir),
         "--max-seconds",
         str(budget),
+        # The env-step budget these figures were taken with (--max-seconds alone now
+        # means no env-step limit: docs/ingest-and-run-defaults.md).
+        "--max-env-steps",
+        "500000",
         *extra,
     ]
     run_quietly(cmd, env)

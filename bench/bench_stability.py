@@ -101,6 +101,10 @@ def main() -> None:
                     str(seed),
                     "--target-return",
                     "none",
+                    # The default arm settles once solved (--target-return none alone
+                    # no longer does); an arm's own --settle-at comes later and wins.
+                    "--settle-at",
+                    "auto",
                     "--max-env-steps",
                     str(args.max_env_steps),
                     "--run-dir",

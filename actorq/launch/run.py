@@ -31,6 +31,7 @@ from actorq.algos.factory import (
 )
 from actorq.config import RunSettings, redact_url
 from actorq.energy import EnergyMeter, PowerModel
+from actorq.launch.budget import what_ends
 from actorq.launch.final import FinalRecords, read_final_records, redis_cpu_seconds
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import (
@@ -241,7 +242,9 @@ def _sparse_env(settings: RunSettings) -> dict[str, str]:
     from actorq.sparse.config import recipe_environ
 
     config = load_algorithm_config(settings.algo)
-    updates = settings.max_env_steps * settings.samples_per_insert / config.batch_size
+    # A run without an env-step limit scales the recipe to the default budget.
+    steps = settings.max_env_steps or RunSettings.max_env_steps
+    updates = steps * settings.samples_per_insert / config.batch_size
     env = recipe_environ(
         settings.sparsity_actor, settings.sparsity_critic, settings.algo, int(updates)
     )
@@ -320,6 +323,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
     _note_narrow_sparse(settings)
+    print(f"actorq run: {what_ends(settings)}", flush=True)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
@@ -365,6 +369,7 @@ def _resolved_config(
         redis_url=redact_url(redis_url),
         redis_prefix=prefix,
         python=sys.version.split()[0],
+        ends=what_ends(settings),
     )
     config["inherited_env"] = _public_env(os.environ)
     config["services"] = {
@@ -559,7 +564,7 @@ def _solved(settings: RunSettings, monitor: RunMonitor) -> bool:
 def _stop_reason(settings: RunSettings, monitor: RunMonitor, sample: ProgressSample) -> str:
     if _solved(settings, monitor):
         return f"target return {settings.target_return:g} reached"
-    if sample.env_steps >= settings.max_env_steps:
+    if settings.max_env_steps and sample.env_steps >= settings.max_env_steps:
         return f"env-step budget {settings.max_env_steps} spent"
     if settings.max_seconds and sample.wall_seconds >= settings.max_seconds:
         return f"time budget {settings.max_seconds:g}s spent"

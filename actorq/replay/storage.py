@@ -162,6 +162,27 @@ class ReplayStorage:
             self._total += n
         return indices
 
+    def add_rows(self, values: dict[str, np.ndarray | int | float], rows: int) -> np.ndarray:
+        """Append `rows` rows given column by column and return the slots they occupy.
+
+        Each of `COLUMNS` is an array of `rows` rows, or one scalar for every row (a
+        placeholder such as steps 1); `policy_version` is per row here. The bulk ingest
+        path's insert (actorq.replay.bulk): one copy per column for many stream entries,
+        the same rows and order as `add` would store entry by entry. Not for storages that
+        link trajectories (those need each entry's actor id: use `add`).
+        """
+        if self.links is not None:
+            raise ValueError("add_rows cannot link trajectories; add batches one by one")
+        skip = max(0, rows - self.capacity)
+        if skip:  # only the newest `capacity` rows survive, as with `add`
+            values = {k: v[skip:] if isinstance(v, np.ndarray) else v for k, v in values.items()}
+        with self._lock:
+            start = (self._total + skip) % self.capacity
+            indices = (start + np.arange(rows - skip, dtype=np.int64)) % self.capacity
+            self._write(start, rows - skip, values)
+            self._total += rows
+        return indices
+
     def _write(self, start: int, count: int, values: dict[str, np.ndarray | int | float]) -> None:
         """Copy `count` rows into the ring at `start`: one slice, or two when it wraps."""
         first = min(count, self.capacity - start)

@@ -36,6 +36,8 @@ class Setting:
             "--hidden", ",".join(map(str, self.hidden)),
             "--actors", str(self.actors), "--envs-per-actor", str(self.envs_per_actor),
             "--eval-envs", str(self.eval_envs), "--target-return", "none",
+            # Settle as before --target-return none turned the automatic settle off.
+            "--settle-at", "auto",
             "--max-env-steps", "100000000", "--max-seconds", f"{self.max_seconds:g}",
             *(("--samples-per-insert", f"{self.samples_per_insert:g}")
               if self.samples_per_insert is not None else ()),
