@@ -150,7 +150,8 @@ class CapturedUpdate:
         self.algo, self.path, self.k, self.slots = algo, path, k, readback_every
         self.device: torch.device = algo.device
         self._tensor_lr = path != "torch-eager" or self.device.type == "cuda"
-        self.program: Program = program_for(algo)(algo, k, self._tensor_lr)
+        self._fused = path != "compiled"  # no fake kernel of the fused op for torch.compile
+        self.program: Program = program_for(algo)(algo, k, self._tensor_lr, self._fused)
         self.feeder: BatchFeeder | None = None
         self.out: Readback | None = None
         self._graphs: dict[tuple[bool, ...], Any] = {}
@@ -169,7 +170,7 @@ class CapturedUpdate:
         weights = weights if weights is not None else [None] * self.k
         self._ensure_buffers(batches[0])
         if not all(o.current() for o in self.program.opts):  # load_state_dict replaced them
-            self.program = type(self.program)(self.algo, self.k, self._tensor_lr)
+            self.program = type(self.program)(self.algo, self.k, self._tensor_lr, self._fused)
             self._graphs.clear()
         if self._written + self.k > self.slots:
             self._drain_into_host()

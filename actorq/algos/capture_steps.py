@@ -36,7 +36,9 @@ class AdamSlots:
     when `tensor_lr`, as a Python float otherwise (CPU eager: bit-identical to FastAdam).
     """
 
-    def __init__(self, opt: torch.optim.Optimizer, k: int, tensor_lr: bool) -> None:
+    def __init__(
+        self, opt: torch.optim.Optimizer, k: int, tensor_lr: bool, fused: bool = True
+    ) -> None:
         if len(opt.param_groups) != 1:
             raise ValueError(
                 f"captured update needs one parameter group, got {len(opt.param_groups)}"
@@ -62,7 +64,7 @@ class AdamSlots:
         self.exp_avgs = [opt.state[p]["exp_avg"] for p in self.params]
         self.exp_avg_sqs = [opt.state[p]["exp_avg_sq"] for p in self.params]
         self.steps = [opt.state[p]["step"] for p in self.params]
-        self.tensor_lr = tensor_lr
+        self.tensor_lr, self.fused = tensor_lr, fused
         self.lr_host = [float(group["lr"])] * k
         self.lr = torch.full((k,), float(group["lr"]), dtype=torch.float32, device=device)
 
@@ -86,6 +88,9 @@ class AdamSlots:
     def step(self, grads: list[torch.Tensor], i: int = 0) -> None:
         beta1, beta2 = self.group["betas"]
         torch._foreach_add_(self.steps, 1)
+        if not self.fused:
+            self._math_step(grads, self.lr[i], beta1, beta2)
+            return
         torch._fused_adam_(
             self.params,
             grads,
@@ -103,6 +108,19 @@ class AdamSlots:
             grad_scale=None,
             found_inf=None,
         )
+
+    def _math_step(self, grads: list[torch.Tensor], lr: torch.Tensor, beta1: float, beta2: float):
+        """Adam written out in tensor ops (torch.compile has no fake kernel for the fused
+        op with a tensor lr); the fused kernel's maths, equal to float rounding."""
+        eps = self.group["eps"]
+        for p, g, m, v, step in zip(
+            self.params, grads, self.exp_avgs, self.exp_avg_sqs, self.steps, strict=True
+        ):
+            m.lerp_(g, 1.0 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+            step_size = lr / (1.0 - torch.pow(beta1, step))
+            denom = (v.sqrt() / torch.sqrt(1.0 - torch.pow(beta2, step))).add_(eps)
+            p.sub_(step_size * m / denom)
 
 
 class Readback:
@@ -146,9 +164,9 @@ class Program:
     keys: tuple[str, ...] = ("obs", "action", "reward", "next_obs", "done", "steps", "weights")
     counts_updates = True  # each step is one of the algorithm's updates (not PPO's minibatches)
 
-    def __init__(self, algo: Any, k: int, tensor_lr: bool) -> None:
+    def __init__(self, algo: Any, k: int, tensor_lr: bool, fused: bool = True) -> None:
         self.algo = algo
-        self.opts = [AdamSlots(o, k, tensor_lr) for o in self.optimizers()]
+        self.opts = [AdamSlots(o, k, tensor_lr, fused) for o in self.optimizers()]
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         raise NotImplementedError
