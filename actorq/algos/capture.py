@@ -75,12 +75,19 @@ def available_update_paths(algo: Any) -> tuple[str, ...]:
     return tuple(p for p in UPDATE_PATHS if p in paths)
 
 
+def captured_runner(algo: Any) -> CapturedUpdate | None:
+    """The CapturedUpdate behind `algo.update` (None on the default path); on-policy
+    learners are left out: their update is a whole batch of minibatch steps."""
+    runner = algo.__dict__.get(_ATTR)
+    return runner if runner is not None and runner.program.counts_updates else None
+
+
 def current_update_path(algo: Any) -> str:
     runner = algo.__dict__.get(_ATTR)
     return runner.path if runner is not None else default_update_path(algo)
 
 
-def apply_update_path(algo: Any, path: str, readback_every: int = 64, k: int = 1) -> str:
+def apply_update_path(algo: Any, path: str, readback_every: int = 64) -> str:
     """Switch `algo` to `path` (one of UPDATE_PATHS); returns the path now used.
 
     The default path removes any runner (the algorithm's own update again); any other
@@ -96,7 +103,7 @@ def apply_update_path(algo: Any, path: str, readback_every: int = 64, k: int = 1
         )
     _remove(algo)
     if path != default_update_path(algo):
-        install_runner(algo, path, readback_every, k)
+        install_runner(algo, path, readback_every)
     return path
 
 
@@ -104,7 +111,7 @@ def install_runner(algo: Any, path: str, readback_every: int = 64, k: int = 1) -
     """Put a CapturedUpdate behind `algo.update` even where `path` is the default (tests
     and bench_learner run the capturable step eagerly this way, against the default)."""
     _remove(algo)
-    runner = CapturedUpdate(algo, path, readback_every=readback_every, k=k)
+    runner = CapturedUpdate(algo, path, readback_every=readback_every)  # k=1: one batch
     algo.__dict__[_ATTR] = runner
     # An instance attribute shadows the class's update: same signature, same result.
     on_policy = not runner.program.counts_updates
@@ -185,6 +192,11 @@ class CapturedUpdate:
         self._written += self.k
         self._slot = (self._slot + self.k) % self.slots
         self._queue_td_copy()
+
+    @property
+    def pending(self) -> int:
+        """Updates submitted since the last drain."""
+        return self._written + len(self._drained)
 
     def update(self, batch: Mapping[str, Any], weights: Any = None) -> CapturedResult:
         """The algorithm's update API (k == 1): one update, its result read back at once."""
