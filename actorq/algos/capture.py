@@ -223,7 +223,7 @@ class CapturedUpdate:
 
     # --- internals -------------------------------------------------------------------
     def _ensure_buffers(self, batch: Mapping[str, Any]) -> None:
-        rows = len(np.asarray(batch[self.program.keys[1]]))
+        rows = len(batch[self.program.keys[1]])  # numpy arrays or device tensors (PPO)
         if self.feeder is not None and self.feeder.rows == rows:
             return
         self.feeder = BatchFeeder(self.program.keys, batch, self.k, self.device)
@@ -280,9 +280,15 @@ class CapturedUpdate:
         for g, s in zip(gens, gen_states, strict=True):
             g.set_state(s)
         graph = torch.cuda.CUDAGraph()
+        if gens and not hasattr(graph, "register_generator_state"):
+            raise RuntimeError(
+                f"cuda-graph for {type(self.algo).__name__} needs torch >= 2.5 "
+                f"(CUDAGraph.register_generator_state), this is torch {torch.__version__}"
+            )
         for g in gens:  # a non-default generator must be known to the graph (TD3/SAC noise)
             graph.register_generator_state(g)
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA work of other threads (a publisher) is not an error meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._steps(flags)
         graph.replay()  # capture records only: this runs the update
         return graph.replay
