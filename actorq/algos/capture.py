@@ -128,7 +128,7 @@ def _remove(algo: Any) -> None:
         flat.state_ready = False  # re-adopt Adam's state before the next numpy update
     for opt in [v for v in vars(algo).values() if isinstance(v, torch.optim.Optimizer)]:
         if getattr(opt, "_cache", None) is not None:
-            opt._cache = None
+            setattr(opt, "_cache", None)  # noqa: B010 (FastAdam's cached lists)
 
 
 @dataclass(frozen=True)
@@ -345,7 +345,8 @@ def _onpolicy_update(runner: CapturedUpdate, batch: Mapping[str, Any], weights: 
     for minibatch in algo.minibatches(flat):
         runner.submit([minibatch])
     algo._num_updates += 1
-    rows = runner.drain()
+    rows: list[Any] = runner.drain()
     names = runner.program.names
     mean = np.mean(np.array([[r[n] for n in names] for r in rows]), axis=0)
-    return OnPolicyUpdate(*(float(x) for x in mean), ratios=stats)
+    loss, policy_loss, value_loss, entropy, grad_norm = (float(x) for x in mean)
+    return OnPolicyUpdate(loss, policy_loss, value_loss, entropy, grad_norm, ratios=stats)

@@ -60,7 +60,7 @@ class AdamSlots:
         if device.type == "cuda":
             group["fused"], group["foreach"] = True, False  # eager Adam then takes device steps
         if getattr(opt, "_cache", None) is not None:
-            opt._cache = None  # FastAdam's cached lists may hold replaced step tensors
+            setattr(opt, "_cache", None)  # FastAdam's cached lists may hold replaced steps  # noqa: B010
         self.exp_avgs = [opt.state[p]["exp_avg"] for p in self.params]
         self.exp_avg_sqs = [opt.state[p]["exp_avg_sq"] for p in self.params]
         self.steps = [opt.state[p]["step"] for p in self.params]
@@ -219,7 +219,7 @@ class DQNProgram(Program):
             q, target, loss = algo._backward_manual(x, w)
         else:
             q, target, loss = algo._backward_autograd(x, w)
-        grads = [p.grad for p in opt.params]
+        grads = [p.grad for p in opt.params if p.grad is not None]  # every one has one
         grad_norm = clip_grad_norm(grads, algo.config.max_grad_norm)
         opt.step(grads, i)
         if flag:
