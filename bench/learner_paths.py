@@ -108,8 +108,14 @@ def time_paths(
                 arms[path] = _Arm(case, path, False, device, readback)
             elif path not in available:
                 skipped.append(path)
-        for arm in arms.values():  # capture / compile / allocator warm-up, not timed
-            arm.run(warmup)
+        failed: dict[str, str] = {}
+        for label, arm in list(arms.items()):  # capture / compile / warm-up, not timed
+            try:
+                arm.run(warmup)
+                _sync(device)
+            except Exception as exc:  # a path that cannot run here is reported, not fatal
+                failed[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                del arms[label]
         _sync(device)
         times: dict[str, list[tuple[float, float]]] = {p: [] for p in arms}
         for _ in range(rounds):
@@ -129,6 +135,8 @@ def time_paths(
             row["cpu_ms_per_update"] = statistics.median(v[1] for v in values)
             rows.append(row)
         rows += [_row(case, p, p, False, None, device) for p in skipped]
+        for label, why in failed.items():
+            rows.append({**_row(case, label, label.split()[0], False, None, device), "error": why})
     return rows
 
 
@@ -156,7 +164,8 @@ def print_paths_table(rows: list[dict], header: str) -> None:
         case = f"{r['algo'].upper()} {r['hidden']} b{r['batch']}"
         path = r["label"]
         if r["ms_per_update"] is None:
-            print(f"| {case} | {r['device']} | {path} | not available | | | |")
+            status = f"failed: {r['error']}" if "error" in r else "not available"
+            print(f"| {case} | {r['device']} | {path} | {status} | | | |")
             continue
         ref = base.get((r["algo"], r["hidden"]))
         ratio = f"{ref / r['ms_per_update']:.2f}x" if ref else ""
