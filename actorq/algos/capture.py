@@ -51,6 +51,11 @@ def _unsupported(algo: Any) -> str | None:
         return "obs_norm updates running statistics on the host every batch"
     if getattr(algo, "grad_sync", None) is not None:
         return "data-parallel learners all-reduce gradients between backward and step"
+    optimizers = [v for v in vars(algo).values() if isinstance(v, torch.optim.Optimizer)]
+    if any(o._optimizer_step_pre_hooks or o._optimizer_step_post_hooks for o in optimizers):
+        # The step calls the fused kernel directly: hooks (RLx2's mask re-application)
+        # would not run.
+        return "an optimizer has step hooks (RLx2 sparse training) the captured step skips"
     return None
 
 

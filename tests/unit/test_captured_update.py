@@ -226,6 +226,11 @@ def test_unknown_and_unavailable_paths_are_refused():
     with pytest.raises(ValueError, match="'numpy-flat' is not available"):
         apply_update_path(td3, "numpy-flat")
     assert set(available_update_paths(td3)) <= set(UPDATE_PATHS)
+    hooked = _learner("td3")
+    hooked.actor_opt.register_step_post_hook(lambda opt, args, kwargs: None)
+    assert available_update_paths(hooked) == ("torch-eager",)  # its own update only
+    with pytest.raises(ValueError, match=r"step hooks \(RLx2"):
+        apply_update_path(hooked, "compiled")
     normed = _learner("sac", obs_norm=True)
     assert available_update_paths(normed) == ("torch-eager",)
     with pytest.raises(ValueError, match=r"'compiled' is not available .*obs_norm"):
