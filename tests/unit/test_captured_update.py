@@ -93,8 +93,10 @@ OFF_POLICY = [
     ("dqn", {"flat": False}, 0.0),
     ("dqn", {**_SCHEDULE, "target_update_every": 7}, 0.0),  # lr schedule, soft sync
     ("dqn", {}, 1e-6),  # against the numpy-flat update, the CPU default
+    ("dqn", {"qat_bits": 8}, 0.0),  # fake-quantized weights: autograd, not mlp_grad
     ("ddpg", {}, 0.0),
     ("td3", {}, 0.0),
+    ("td3", {"qat_bits": 4}, 0.0),
     ("sac", {}, 0.0),
     ("d4pg", {}, 0.0),
 ]
@@ -114,6 +116,27 @@ def test_captured_step_matches_todays_update(name, overrides, atol):
             np.testing.assert_allclose(r_cap.actor_loss, r_ref.actor_loss, atol=atol, rtol=0)
     assert cap.num_updates == ref.num_updates == 50
     _assert_states_close(ref, cap, atol)
+
+
+def test_captured_step_matches_pixel_dqn():
+    """A CNN Q-network (pixel envs): uint8 frames become float32 static inputs."""
+    from actorq.models.cnn import cnn_spec_for
+
+    spec = cnn_spec_for((4, 10, 10), OUT)
+    config = load_algorithm_config("dqn", {}, batch_size=8)
+    ref, cap = (make_algorithm("dqn", 0, OUT, (), config, seed=1, spec=spec) for _ in range(2))
+    install_runner(cap, "torch-eager")
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        batch = {
+            "obs": rng.integers(0, 2, (8, 4, 10, 10), dtype=np.uint8),
+            "next_obs": rng.integers(0, 2, (8, 4, 10, 10), dtype=np.uint8),
+            "action": rng.integers(0, OUT, 8),
+            "reward": rng.standard_normal(8).astype(np.float32),
+            "done": np.zeros(8, np.float32),
+        }
+        assert cap.update(batch).loss == ref.update(batch).loss
+    _assert_states_close(ref, cap, 0.0)
 
 
 def _segments(n: int, seed: int = 0) -> list[dict]:
