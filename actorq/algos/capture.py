@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from actorq.algos.capture_steps import Program, Readback, program_for
-from actorq.algos.feed import BatchFeeder
+from actorq.algos.feed import BatchFeeder, DeviceReplay
 
 UPDATE_PATHS = ("numpy-flat", "torch-eager", "cuda-graph", "compiled")
 _ATTR = "_captured_update"
@@ -171,6 +171,9 @@ class CapturedUpdate:
         self._slot = 0  # host mirror of the ring's device slot index
         self._drained: list[Any] = []
         self._td_copies: list[tuple[torch.Tensor, Any]] = []  # (pinned row, event), CUDA
+        self.replay: DeviceReplay | None = None  # use_replay: sampling inside the step
+        self._replay_gen: torch.Generator | None = None
+        self._sampling = False
 
     # --- running ---------------------------------------------------------------------
     def submit(
@@ -181,13 +184,17 @@ class CapturedUpdate:
             raise ValueError(f"submit takes k={self.k} batches, got {len(batches)}")
         weights = weights if weights is not None else [None] * self.k
         self._ensure_buffers(batches[0])
+        assert self.feeder is not None
+        self.feeder.put(batches, weights)
+        self._submit_prepared()
+
+    def _submit_prepared(self) -> None:
+        """Run k updates on what the static inputs hold (or sample into them first)."""
         if not all(o.current() for o in self.program.opts):  # load_state_dict replaced them
             self.program = type(self.program)(self.algo, self.k, self._tensor_lr, self._fused)
             self._graphs.clear()
         if self._written + self.k > self.slots:
             self._drain_into_host()
-        assert self.feeder is not None
-        self.feeder.put(batches, weights)
         first = self.algo.num_updates + 1
         flags = tuple(self.program.flag(first + i) for i in range(self.k))
         self._set_lrs(first)
@@ -197,6 +204,33 @@ class CapturedUpdate:
         self._written += self.k
         self._slot = (self._slot + self.k) % self.slots
         self._queue_td_copy()
+
+    def use_replay(
+        self, replay: DeviceReplay, batch_size: int, generator: torch.Generator | None = None
+    ) -> None:
+        """Sample from a device-resident ring inside the step: `submit_sampled` then runs k
+        updates (sampling included, one graph replay on cuda-graph) without any batch
+        crossing from the host."""
+        example = {
+            key: np.zeros(
+                (batch_size, *col.shape[1:]), np.int64 if col.dtype == torch.int64 else np.float32
+            )
+            for key, col in replay.columns.items()
+        }
+        self._ensure_buffers(example)
+        self.replay, self._replay_gen = replay, generator
+
+    def submit_sampled(self) -> None:
+        """k updates on batches drawn from the ring given to `use_replay`; no host sync."""
+        if self.replay is None:
+            raise ValueError("submit_sampled needs use_replay(...) first")
+        if self.replay.size == 0:
+            raise ValueError("submit_sampled: the device replay ring is empty")
+        self._sampling = True
+        try:
+            self._submit_prepared()
+        finally:
+            self._sampling = False
 
     @property
     def pending(self) -> int:
@@ -245,44 +279,54 @@ class CapturedUpdate:
             for o in self.program.opts:
                 o.push_lr()
 
-    def _steps(self, flags: tuple[bool, ...]) -> None:
+    def _steps(self, flags: tuple[bool, ...], sampling: bool = False) -> None:
         assert self.feeder is not None and self.out is not None
+        if sampling:
+            assert self.replay is not None
+            self.replay.sample_into(self.feeder, self._replay_gen)
         for i, flag in enumerate(flags):
             self.program.step(self.feeder.device_view(i), self.out, flag, i)
 
     def _run(self, flags: tuple[bool, ...]) -> None:
+        sampling = self._sampling
         if self.path == "torch-eager":
-            self._steps(flags)
+            self._steps(flags, sampling)
             return
-        fn = self._graphs.get(flags)
+        key = (sampling, *flags)
+        fn = self._graphs.get(key)
         if fn is None:
-            fn = self._graphs[flags] = self._build(flags)
+            fn = self._graphs[key] = self._build(flags, sampling)
             if self.path == "cuda-graph":
                 return  # _build ran this update for real after capturing
         fn()
 
-    def _build(self, flags: tuple[bool, ...]) -> Any:
+    def _build(self, flags: tuple[bool, ...], sampling: bool) -> Any:
         if self.path == "compiled":
             mode = "reduce-overhead" if self.device.type == "cuda" else None
-            return torch.compile(lambda: self._steps(flags), mode=mode, dynamic=False)
-        return self._capture(flags)
+            return torch.compile(lambda: self._steps(flags, sampling), mode=mode, dynamic=False)
+        return self._capture(flags, sampling)
 
-    def _capture(self, flags: tuple[bool, ...]) -> Any:
+    def _capture(self, flags: tuple[bool, ...], sampling: bool) -> Any:
         """Warm up on a side stream, undo the warm-up's updates, capture, replay once."""
         state = self.program.state_tensors() + (self.out.tensors() if self.out else [])
         saved = [t.detach().clone() for t in state]
         gens = self.program.generators()
-        gen_states = [g.get_state() for g in gens]
+        if sampling and self._replay_gen is not None:
+            gens.append(self._replay_gen)
+        # The default generator needs no registration (graphs handle it) but its warm-up
+        # draws are undone too.
+        restore = [*gens, *([_default_generator(self.device)] if sampling else [])]
+        gen_states = [g.get_state() for g in restore]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):  # autograd and cuBLAS allocate their workspaces here
-                self._steps(flags)
+                self._steps(flags, sampling)
         torch.cuda.current_stream().wait_stream(side)
         with torch.no_grad():
             for t, s in zip(state, saved, strict=True):
                 t.copy_(s)
-        for g, s in zip(gens, gen_states, strict=True):
+        for g, s in zip(restore, gen_states, strict=True):
             g.set_state(s)
         graph = torch.cuda.CUDAGraph()
         if gens and not hasattr(graph, "register_generator_state"):
@@ -294,7 +338,7 @@ class CapturedUpdate:
             graph.register_generator_state(g)
         # thread_local: CUDA work of other threads (a publisher) is not an error meanwhile.
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self._steps(flags)
+            self._steps(flags, sampling)
         graph.replay()  # capture records only: this runs the update
         return graph.replay
 
@@ -326,6 +370,11 @@ class CapturedUpdate:
             self._td_copies.append((pinned, event))
         else:
             self._td_copies = [*self._td_copies[-1:], (row.clone(), None)]
+
+
+def _default_generator(device: torch.device) -> torch.Generator:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.default_generators[index]
 
 
 def _result(values: dict[str, float], td: np.ndarray) -> Any:

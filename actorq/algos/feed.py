@@ -10,8 +10,10 @@ plain copy_ into the static tensors.
 
 `DeviceReplay` is an optional uniform replay ring held on the device for flat
 observations: `add` appends transitions (one host->device copy per call), `sample_into`
-draws indices with torch.randint on the device and gathers straight into the static
-inputs, so sampling costs no host work and no transfer.
+draws indices on the device and gathers straight into the static inputs, so sampling
+costs no host work and no transfer. It is graph-safe: the ring's fill level is a device
+tensor (floor(rand * size), not randint(size) whose bound a capture would freeze), so a
+CUDA graph can sample and update K times per replay (CapturedUpdate.use_replay).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ class DeviceReplay:
             for key in self.COLUMNS
         }
         self.size, self._next = 0, 0
+        self.size_t = torch.zeros((), dtype=torch.float32, device=device)  # read in graphs
 
     def add(self, rows: Mapping[str, np.ndarray]) -> None:
         """Append transitions (each column [n, ...]); the oldest are overwritten when full."""
@@ -143,18 +146,22 @@ class DeviceReplay:
             column.index_copy_(0, index, src.to(self.device, non_blocking=True))
         self._next = int((self._next + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
+        self.size_t.fill_(float(self.size))
+
+    def indices(self, k: int, rows: int, generator: torch.Generator | None = None):  # type: ignore[no-untyped-def]
+        """k x rows uniform indices in [0, size), drawn on the device without a host read."""
+        u = torch.rand((k, rows), device=self.device, generator=generator)
+        index = (u * self.size_t).long()
+        return torch.minimum(index, self.size_t.long() - 1)  # rand * size rounding up to size
 
     def sample_into(self, feeder: BatchFeeder, generator: torch.Generator | None = None) -> None:
         """Draw k uniform batches on the device into the feeder's static inputs (with
-        replacement; importance weights and n-step lengths set to ones)."""
-        if self.size == 0:
-            raise ValueError("DeviceReplay.sample_into: the ring is empty")
-        index = torch.randint(
-            0, self.size, (feeder.k, feeder.rows), device=self.device, generator=generator
-        )
+        replacement; importance weights and n-step lengths set to ones). No host sync, so
+        it may run inside a captured graph; the caller checks `size > 0` first."""
+        index = self.indices(feeder.k, feeder.rows, generator).flatten()
         for key, column in self.columns.items():
             target = feeder.inputs[key]
-            target.copy_(column[index.flatten()].view_as(target))
+            target.copy_(column.index_select(0, index).view_as(target))
         for key in _ONES:
             if key in feeder.inputs:
                 feeder.inputs[key].fill_(1.0)

@@ -290,6 +290,29 @@ def test_device_replay_samples_stored_rows():
 
 # inductor imports torch.utils.mkldnn, which warns about its own torch.jit use.
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("name", ["dqn", "td3"])
+def test_sampling_from_the_device_ring_inside_the_step(name):
+    """use_replay + submit_sampled: k=2 updates per call, batches drawn on the device;
+    the same indices fed through today's update give the same losses and state."""
+    ref, cap = _learner(name), _learner(name)
+    install_runner(ref, "torch-eager")  # exact comparison (DQN's default is numpy-flat)
+    rows = {k: np.concatenate([b[k] for b in _batches(name, n=3)]) for k in DeviceReplay.COLUMNS}
+    ring = DeviceReplay(200, rows, torch.device("cpu"))
+    ring.add(rows)  # 96 rows
+    runner = CapturedUpdate(cap, "torch-eager", readback_every=8, k=2)
+    runner.use_replay(ring, B, torch.Generator().manual_seed(5))
+    replica = torch.Generator().manual_seed(5)
+    expected = []
+    for _ in range(4):
+        runner.submit_sampled()
+        for index in ring.indices(2, B, replica).numpy():
+            batch = {k: rows[k][index] for k in DeviceReplay.COLUMNS}
+            expected.append(ref.update(batch).loss)
+    assert [r.loss for r in runner.drain()] == expected
+    assert cap.num_updates == 8
+    _assert_states_close(ref, cap, 0.0)
+
+
 def test_compiled_path_matches_eager_on_cpu():
     """torch.compile (inductor, default mode on CPU): ~100 s of compilation on 2 cores."""
     if "compiled" not in available_update_paths(_learner("dqn", flat=False)):
@@ -333,3 +356,29 @@ def test_cuda_graph_minibatch_step_on_gpu():
     apply_update_path(graph, "cuda-graph")
     for batch in _segments(5):
         assert graph.update(batch).loss == pytest.approx(eager.update(batch).loss, abs=1e-4)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ["dqn", "td3"])
+def test_cuda_graph_samples_k_updates_per_replay_on_gpu(name):
+    """One graph replay = sampling from the device ring + 4 updates (no host batch)."""
+    learner = _learner(name, "cuda")
+    rows = {k: np.concatenate([b[k] for b in _batches(name, n=3)]) for k in DeviceReplay.COLUMNS}
+    ring = DeviceReplay(200, rows, torch.device("cuda"))
+    ring.add(rows)
+    runner = CapturedUpdate(learner, "cuda-graph", readback_every=16, k=4)
+    runner.use_replay(ring, B, torch.Generator(device="cuda").manual_seed(5))
+    before = (
+        [p.detach().clone() for p in learner.critics.parameters()]
+        if name == "td3"
+        else [p.detach().clone() for p in learner.online.parameters()]
+    )
+    for _ in range(4):
+        runner.submit_sampled()
+    results = runner.drain()
+    assert len(results) == 16 and learner.num_updates == 16
+    assert all(np.isfinite(r.loss) for r in results)
+    assert len({r.loss for r in results}) > 1  # fresh batches on every replay
+    after = learner.critics.parameters() if name == "td3" else learner.online.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
