@@ -155,6 +155,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10, help="--paths: untimed updates per arm")
     p.add_argument("--readback", type=int, default=64, help="--paths: updates per drain")
     p.add_argument("--json", help="--paths: also write the rows as JSON here")
+    p.add_argument(
+        "--ring-k", type=int, default=0,
+        help="--paths: also time cuda-graph/compiled sampling from a device ring, k per call",
+    )  # fmt: skip
     args = p.parse_args()
     if args.worker:
         _worker(args.worker)

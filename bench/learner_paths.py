@@ -29,6 +29,7 @@ from actorq.algos.capture import (
     available_update_paths,
     default_update_path,
 )
+from actorq.algos.feed import DeviceReplay
 
 PATH_CASES = [  # (algo, obs_dim, outputs, hidden, batch): the four cases of issue 29
     ("dqn", 4, 2, (64, 64), 128),
@@ -59,18 +60,36 @@ def _batches(algo: str, obs: int, out: int, batch: int, seed: int) -> list[dict]
 class _Arm:
     """One (case, path): a learner and a function that runs n updates."""
 
-    def __init__(self, case: tuple, path: str, own: bool, device: str, readback: int) -> None:
+    def __init__(
+        self, case: tuple, path: str, own: bool, device: str, readback: int, ring_k: int = 0
+    ) -> None:
         algo, obs, out, hidden, batch = case
         config = load_algorithm_config(algo, {}, batch_size=batch)
         self.learner = make_algorithm(algo, obs, out, hidden, config, device=device)
         self.batches = _batches(algo, obs, out, batch, seed=len(hidden))
         self.path, self.own, self.readback, self.i = path, own, readback, 0
+        self.ring_k = ring_k
         self.runner = None
-        if not own:
+        if ring_k:  # device ring + k sampled updates per call (one graph replay)
+            rows = {k: np.concatenate([b[k] for b in self.batches]) for k in DeviceReplay.COLUMNS}
+            ring = DeviceReplay(len(rows["obs"]), rows, torch.device(device))
+            ring.add(rows)
+            slots = max(readback, ring_k)
+            self.runner = CapturedUpdate(self.learner, path, readback_every=slots, k=ring_k)
+            self.runner.use_replay(ring, batch)
+        elif not own:
             self.runner = CapturedUpdate(self.learner, path, readback_every=readback)
 
     def run(self, n: int) -> None:
         batches = self.batches
+        if self.ring_k:
+            assert self.runner is not None
+            for _ in range(max(n // self.ring_k, 1)):
+                self.runner.submit_sampled()
+                self.i += self.ring_k
+                if self.runner.pending + self.ring_k > self.runner.slots:
+                    self.runner.drain()
+            return
         if self.runner is None:
             for _ in range(n):
                 self.learner.update(batches[self.i % len(batches)])
@@ -89,7 +108,13 @@ def _sync(device: str) -> None:
 
 
 def time_paths(
-    paths: list[str], device: str, rounds: int, updates: int, warmup: int, readback: int
+    paths: list[str],
+    device: str,
+    rounds: int,
+    updates: int,
+    warmup: int,
+    readback: int,
+    ring_k: int = 0,
 ) -> list[dict[str, Any]]:
     """Rows of {case, path, ms, updates_per_s, ...}; paths not available are reported."""
     rows = []
@@ -108,6 +133,9 @@ def time_paths(
                 arms[path] = _Arm(case, path, False, device, readback)
             elif path not in available:
                 skipped.append(path)
+            if ring_k and path in ("cuda-graph", "compiled") and path in available:
+                label = f"{path} (device ring, k={ring_k})"
+                arms[label] = _Arm(case, path, False, device, readback, ring_k)
         failed: dict[str, str] = {}
         for label, arm in list(arms.items()):  # capture / compile / warm-up, not timed
             try:
@@ -122,12 +150,14 @@ def time_paths(
             for path, arm in arms.items():
                 _sync(device)
                 started, cpu_started = time.perf_counter(), time.process_time()
+                before = arm.i
                 arm.run(updates)
                 if arm.runner is not None:
                     arm.runner.drain()
                 _sync(device)
-                wall = (time.perf_counter() - started) / updates * 1e3
-                times[path].append((wall, (time.process_time() - cpu_started) / updates * 1e3))
+                done = arm.i - before  # k-update calls may round the count
+                wall = (time.perf_counter() - started) / done * 1e3
+                times[path].append((wall, (time.process_time() - cpu_started) / done * 1e3))
         for label, values in times.items():
             arm = arms[label]
             wall = statistics.median(v[0] for v in values)
@@ -183,12 +213,13 @@ def main_paths(args: Any, cpu_info: str) -> None:
     torch.set_num_threads(args.threads)
     rounds = 2 if args.quick else args.rounds
     updates = args.updates or (20 if args.quick else 100)
-    rows = time_paths(paths, args.device, rounds, updates, args.warmup, args.readback)
+    rows = time_paths(paths, args.device, rounds, updates, args.warmup, args.readback, args.ring_k)
     gpu = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "none"
     header = (
         f"# bench_learner --paths: CPU {cpu_info}, {args.threads} torch thread(s), GPU {gpu}, "
         f"torch {torch.__version__}, {rounds} interleaved rounds x {updates} updates, "
         f"wall clock, readback every {args.readback}"
+        + (f", device-ring arms sample k={args.ring_k} updates per call" if args.ring_k else "")
     )
     print_paths_table(rows, header)
     if args.json:
