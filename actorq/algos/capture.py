@@ -190,6 +190,10 @@ class CapturedUpdate:
 
     def _submit_prepared(self) -> None:
         """Run k updates on what the static inputs hold (or sample into them first)."""
+        if getattr(self.algo, "grad_sync", None) is not None:  # set after the path was applied
+            raise ValueError(
+                f"{self.path}: data-parallel learners (grad_sync) need the default update path"
+            )
         if not all(o.current() for o in self.program.opts):  # load_state_dict replaced them
             self.program = type(self.program)(self.algo, self.k, self._tensor_lr, self._fused)
             self._graphs.clear()
