@@ -17,6 +17,12 @@ the time an update would take if it did nothing but its matrix products at full 
 
     .venv/bin/python bench/bench_learner.py            # make bench-learner
     .venv/bin/python bench/bench_learner.py --quick
+
+--paths times the update paths of actorq.algos.capture instead (bench/learner_paths.py):
+wall clock per update on --device cpu|cuda, host->device copy included, a markdown table
+and optionally --json for the GPU check:
+
+    .venv/bin/python bench/bench_learner.py --paths all --device cpu --quick
 """
 
 from __future__ import annotations
@@ -143,9 +149,24 @@ def main() -> None:
     p.add_argument("--updates", type=int, default=0, help="updates per round (0 = auto)")
     p.add_argument("--quick", action="store_true", help="2 rounds, fewer updates")
     p.add_argument("--worker", choices=("torch", "fast"), help=argparse.SUPPRESS)
+    p.add_argument("--paths", help="time update paths instead: comma-separated or 'all'")
+    p.add_argument("--device", default="cpu", help="--paths: cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=1, help="--paths: torch threads")
+    p.add_argument("--warmup", type=int, default=10, help="--paths: untimed updates per arm")
+    p.add_argument("--readback", type=int, default=64, help="--paths: updates per drain")
+    p.add_argument("--json", help="--paths: also write the rows as JSON here")
+    p.add_argument(
+        "--ring-k", type=int, default=0,
+        help="--paths: also time cuda-graph/compiled sampling from a device ring, k per call",
+    )  # fmt: skip
     args = p.parse_args()
     if args.worker:
         _worker(args.worker)
+        return
+    if args.paths:
+        from learner_paths import main_paths
+
+        main_paths(args, cpu_info())
         return
     rounds = 2 if args.quick else args.rounds
     workers = {

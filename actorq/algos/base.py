@@ -108,7 +108,9 @@ def bootstrap_discount(t: Mapping[str, torch.Tensor], gamma: float) -> torch.Ten
     not_done = 1.0 - t["done"]
     if "steps" not in t:
         return gamma * not_done
-    return torch.pow(torch.tensor(gamma, device=not_done.device), t["steps"]) * not_done
+    # A Python base, not torch.tensor(gamma, device=...): building a device tensor from host
+    # data cannot happen inside a CUDA graph capture; pow computes in float32 either way.
+    return torch.pow(gamma, t["steps"]) * not_done
 
 
 def weights_tensor(weights: np.ndarray | None, size: int, device: torch.device) -> torch.Tensor:

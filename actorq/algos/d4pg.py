@@ -48,15 +48,18 @@ def categorical_projection(
     rewards: torch.Tensor,
     discounts: torch.Tensor,
     support: torch.Tensor,
+    bounds: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """Project the distribution of r + discount * Z onto `support` (C51's projection).
 
     next_probs [B, N] sums to 1 per row over the atoms `support` [N] (evenly spaced);
     rewards and discounts are [B]. Each shifted atom r + d * z_j, clipped to the support's
     range, splits its probability between its two neighbouring atoms in proportion to
-    closeness; returns [B, N] probabilities.
+    closeness; returns [B, N] probabilities. `bounds` = (support[0], support[-1]) as
+    floats, when the caller has them: reading them from the tensor is a host sync (and
+    impossible inside a CUDA graph capture).
     """
-    v_min, v_max = float(support[0]), float(support[-1])
+    v_min, v_max = bounds if bounds is not None else (float(support[0]), float(support[-1]))
     delta = (v_max - v_min) / (support.numel() - 1)
     shifted = (rewards[:, None] + discounts[:, None] * support[None, :]).clamp(v_min, v_max)
     position = (shifted - v_min) / delta
@@ -77,6 +80,7 @@ class D4PGLearner(DDPGLearner):
     def _make_critic(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> nn.Module:
         cfg = self.config
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=self.device)
+        self.support_bounds = (float(self.support[0]), float(self.support[-1]))  # read once
         return Critic(obs_dim, act_dim, hidden, outputs=cfg.num_atoms)
 
     def _critic_loss(
@@ -95,7 +99,9 @@ class D4PGLearner(DDPGLearner):
         next_action = self.actor_target(t["next_obs"])
         next_probs = F.softmax(self.critics_target[0](t["next_obs"], next_action), dim=1)
         discount = bootstrap_discount(t, self.config.gamma)
-        return categorical_projection(next_probs, t["reward"], discount, self.support)
+        return categorical_projection(
+            next_probs, t["reward"], discount, self.support, self.support_bounds
+        )
 
     def _actor_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         probs = F.softmax(self.critics[0](obs, action), dim=1)

@@ -164,6 +164,17 @@ class OnPolicyLearner:
 
     def update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None):
         """Several epochs of minibatch steps on one time-major batch (see module doc)."""
+        flat, stats = self.prepare(batch)
+        results = [self._step(mb) for mb in self.minibatches(flat)]
+        self._num_updates += 1
+        mean = np.mean(np.array(results), axis=0)
+        return OnPolicyUpdate(*(float(x) for x in mean), ratios=stats)
+
+    def prepare(
+        self, batch: Mapping[str, np.ndarray]
+    ) -> tuple[dict[str, torch.Tensor], RatioStats]:
+        """Flattened [T * B] step inputs (advantages and value targets from the current
+        networks) and the ratio statistics before any step."""
         t = _tensors(batch, self.device)
         with torch.no_grad():
             log_ratio0 = self.log_probs(t["obs"], t["action"]) - t["behaviour_logp"]
@@ -171,17 +182,18 @@ class OnPolicyLearner:
         stats = ratio_stats(log_ratio0, clipped)
         flat = {k: t[k].flatten(0, 1) for k in ("obs", "action", "behaviour_logp")}
         flat["advantage"], flat["target"] = advantages.flatten(), targets.flatten()
+        return flat, stats
+
+    def minibatches(self, flat: dict[str, torch.Tensor]):  # type: ignore[no-untyped-def]
+        """The epochs' minibatches in order (a fresh permutation per epoch); every
+        minibatch has the same size, so a captured step's static inputs fit them all."""
         n = flat["action"].shape[0]
         size = max(n // self.config.minibatches, 1)
-        results = []
         for _ in range(self.config.epochs):
             order = torch.randperm(n, generator=self.generator).to(self.device)
             for start in range(0, n - size + 1, size):
                 idx = order[start : start + size]
-                results.append(self._step({k: v[idx] for k, v in flat.items()}))
-        self._num_updates += 1
-        mean = np.mean(np.array(results), axis=0)
-        return OnPolicyUpdate(*(float(x) for x in mean), ratios=stats)
+                yield {k: v[idx] for k, v in flat.items()}
 
     def _targets(self, t: dict[str, torch.Tensor], log_ratio: torch.Tensor):
         """(advantages, value targets, clipped mask) with the current value net."""

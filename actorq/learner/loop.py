@@ -12,12 +12,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import redis
 import torch
 
 from actorq import metrics
+from actorq.algos.capture import CapturedUpdate, captured_runner
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
@@ -167,6 +169,7 @@ class Learner:
         if self.settle is not None and publisher is not None and settings.settle_rollback:
             publisher.keep_weights_bytes = ROLLBACK_KEEP_BYTES
         self.settled_at: int | None = None  # the update at which the run settled
+        self._pending_sample: Any = None  # a captured path's last sample, priorities due
         self.gate = self._publish_gate()
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
         metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
@@ -323,22 +326,45 @@ class Learner:
             weights = weights * self.correction.weights(batch)
         newest = self.publisher.version if self.publisher is not None else None
         self.behaviour.maybe_measure(batch, newest)  # before the update: the actors' gap
-        result = self.dqn.update(batch, weights)
-        if self.rlx2 is not None:
-            self.rlx2.after_update()
-        self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
+        runner = captured_runner(self.dqn)
+        if runner is not None and self.rlx2 is None:
+            self._submit_captured(runner, sample, batch, weights)
+        else:
+            result = self.dqn.update(batch, weights)
+            if self.rlx2 is not None:
+                self.rlx2.after_update()
+            self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
+            self._report_loss(result.loss, result.q_mean)
         self.counters.updates += 1
         self.counters.sampled += self.cfg.batch_size
         if self.settled_at is not None:
             self.counters.credited += self._credit
-        self.counters.last_loss = result.loss
         metrics.LEARNER_UPDATES.inc()
-        metrics.LEARNER_LOSS.set(result.loss)
-        metrics.LEARNER_Q_MEAN.set(result.q_mean)
         metrics.LEARNER_REPLAY_SAMPLED.inc(self.cfg.batch_size)
         if self.publisher is not None:
             lag = self.publisher.version - float(np.mean(batch["policy_version"]))
             metrics.LEARNER_SAMPLE_LAG.set(lag)
+
+    def _report_loss(self, loss: float, q_mean: float) -> None:
+        self.counters.last_loss = loss
+        metrics.LEARNER_LOSS.set(loss)
+        metrics.LEARNER_Q_MEAN.set(q_mean)
+
+    def _submit_captured(
+        self, runner: CapturedUpdate, sample: Any, batch: Any, weights: Any
+    ) -> None:
+        """A captured update path (actorq.algos.capture) without a host sync per update:
+        the update is queued, priorities land one update late (the sample's generations
+        keep them off rows overwritten meanwhile), losses are read back every
+        `runner.slots` updates in one transfer."""
+        runner.submit([batch], [weights])
+        td, previous = runner.lagged_td(), self._pending_sample
+        self._pending_sample = sample
+        if td is not None and previous is not None:
+            self.sampler.update_priorities(previous.indices, td, previous.generations)
+        if runner.pending >= runner.slots:
+            last = runner.drain()[-1]
+            self._report_loss(last.loss, last.q_mean)
 
     def _periodic(self) -> None:
         if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group

@@ -179,6 +179,29 @@ def test_prioritized_learner_scores_rows_by_td_error_and_rebuilds_at_max_priorit
     resumed.publisher.close()
 
 
+def test_learner_on_a_captured_path_sets_priorities_one_update_late(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    """The learner loop on a captured update path (actorq.algos.capture): no host sync per
+    update, priorities from the previous update, losses read back every 16 updates."""
+    from actorq.algos.capture import apply_update_path, captured_runner, current_update_path
+
+    stop = threading.Event()
+    learner = _learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 100, "prioritized"
+    )
+    assert apply_update_path(learner.dqn, "torch-eager", readback_every=16) == "torch-eager"
+    assert current_update_path(learner.dqn) == "torch-eager"
+    actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=2000)
+    train_alongside(learner, actor, follower)
+    assert learner.counters.updates == learner.dqn.num_updates == 100
+    assert np.isfinite(learner.counters.last_loss)  # read back from the ring
+    runner = captured_runner(learner.dqn)
+    assert runner is not None and runner.pending == 100 % 16
+    priorities = learner.sampler.priorities(np.arange(len(learner.storage)))
+    assert len(np.unique(priorities)) > 100  # 99 updates' |TD errors| landed
+
+
 def test_evaluator_writes_episodes_but_no_replay(
     redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
 ) -> None:

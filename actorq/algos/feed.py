@@ -1,0 +1,167 @@
+"""Feeding a captured update: static device inputs, pinned staging, a device replay ring.
+
+`BatchFeeder` owns the static input tensors a captured step reads ([k, B, ...] for k
+updates per replay). `put` copies the next batch into a pinned host buffer and from there
+to the device with non_blocking, so the host returns while the copy (and the update
+queued behind it) runs, and goes on to sample the next batch. Two staging buffers
+alternate; each is reused only after the event recorded behind its last copy, so the
+host never overwrites memory a DMA is still reading. On CPU there is no staging: a
+plain copy_ into the static tensors.
+
+`DeviceReplay` is an optional uniform replay ring held on the device for flat
+observations: `add` appends transitions (one host->device copy per call), `sample_into`
+draws indices on the device and gathers straight into the static inputs, so sampling
+costs no host work and no transfer. It is graph-safe: the ring's fill level is a device
+tensor (floor(rand * size), not randint(size) whose bound a capture would freeze), so a
+CUDA graph can sample and update K times per replay (CapturedUpdate.use_replay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+_ONES = ("steps", "weights")  # optional columns: all ones when a batch has none
+
+
+def _dtype_of(key: str, value: Any) -> torch.dtype:
+    if torch.is_tensor(value):
+        return value.dtype  # on-policy minibatches: already the step's tensors
+    kind = np.asarray(value).dtype.kind
+    return torch.int64 if key == "action" and kind in "iub" else torch.float32
+
+
+class BatchFeeder:
+    """Static device inputs for `keys`, shaped after `example`, with k slots."""
+
+    def __init__(
+        self, keys: Sequence[str], example: Mapping[str, Any], k: int, device: torch.device
+    ) -> None:
+        missing = [key for key in keys if key not in example and key not in _ONES]
+        if missing:
+            raise KeyError(f"batch is missing {missing}; expected keys {list(keys)}")
+        self.keys, self.k, self.device = tuple(keys), k, device
+        first = next(key for key in keys if key in example)
+        self.rows = len(example[first])
+        self.shapes = {
+            key: (self.rows,) if key not in example else tuple(np.shape(example[key]))
+            for key in keys
+        }
+        self.dtypes = {
+            key: torch.float32 if key not in example else _dtype_of(key, example[key])
+            for key in keys
+        }
+        self.inputs = {
+            key: torch.zeros((k, *self.shapes[key]), dtype=self.dtypes[key], device=device)
+            for key in keys
+        }
+        self._cuda = device.type == "cuda"
+        self._staging = [self._pinned() for _ in range(2)] if self._cuda else []
+        self._events = [torch.cuda.Event() for _ in range(2)] if self._cuda else []
+        self._turn = 0
+
+    def _pinned(self) -> dict[str, torch.Tensor]:
+        return {
+            key: torch.empty((self.k, *self.shapes[key]), dtype=self.dtypes[key]).pin_memory()
+            for key in self.keys
+        }
+
+    def device_view(self, i: int) -> dict[str, torch.Tensor]:
+        """The static inputs of update i of a replay (views: fixed addresses)."""
+        return {key: t[i] for key, t in self.inputs.items()}
+
+    def put(self, batches: Sequence[Mapping[str, Any]], weights: Sequence[Any]) -> None:
+        """Copy k batches (and their importance weights, None = ones) into the inputs."""
+        if self._cuda:
+            stage = self._staging[self._turn]
+            self._events[self._turn].synchronize()  # its previous DMA has finished
+        else:
+            stage = self.inputs
+        staged: set[str] = set()
+        for i, (batch, w) in enumerate(zip(batches, weights, strict=True)):
+            for key in self.keys:
+                value = w if key == "weights" else batch.get(key)
+                on_device = torch.is_tensor(value) and value.device == self.inputs[key].device
+                # Tensors already on the device (on-policy minibatches) copy device-side.
+                self._fill(self.inputs[key][i] if on_device else stage[key][i], key, value)
+                if not on_device:
+                    staged.add(key)
+        if self._cuda:
+            for key in staged:
+                self.inputs[key].copy_(stage[key], non_blocking=True)
+            self._events[self._turn].record()
+            self._turn ^= 1
+
+    def _fill(self, dest: torch.Tensor, key: str, value: Any) -> None:
+        if value is None:
+            if key not in _ONES:
+                raise KeyError(f"batch is missing {key!r}; expected keys {list(self.keys)}")
+            dest.fill_(1.0)
+            return
+        src = value if torch.is_tensor(value) else torch.from_numpy(np.asarray(value))
+        if tuple(src.shape) != tuple(dest.shape):
+            raise ValueError(
+                f"batch[{key!r}] has shape {tuple(src.shape)}, the captured update was built "
+                f"for {tuple(dest.shape)}"
+            )
+        dest.copy_(src)
+
+
+class DeviceReplay:
+    """A uniform replay ring on the device for flat observations (float32 columns,
+    int64 discrete actions); `sample_into` fills a BatchFeeder's inputs directly."""
+
+    COLUMNS = ("obs", "action", "reward", "next_obs", "done")
+
+    def __init__(
+        self, capacity: int, example: Mapping[str, np.ndarray], device: torch.device
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"DeviceReplay capacity must be >= 1, got {capacity}")
+        self.capacity, self.device = capacity, device
+        self.columns = {
+            key: torch.zeros(
+                (capacity, *np.shape(example[key])[1:]),
+                dtype=_dtype_of(key, example[key]),
+                device=device,
+            )
+            for key in self.COLUMNS
+        }
+        self.size, self._next = 0, 0
+        self.size_t = torch.zeros((), dtype=torch.float32, device=device)  # read in graphs
+
+    def add(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Append transitions (each column [n, ...]); the oldest are overwritten when full."""
+        n = len(rows["obs"])
+        if n > self.capacity:
+            rows = {key: np.asarray(v)[-self.capacity :] for key, v in rows.items()}
+            n = self.capacity
+        positions = (self._next + np.arange(n)) % self.capacity
+        index = torch.from_numpy(positions).to(self.device)
+        for key, column in self.columns.items():
+            src = torch.from_numpy(np.asarray(rows[key])).to(column.dtype)
+            column.index_copy_(0, index, src.to(self.device, non_blocking=True))
+        self._next = int((self._next + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        self.size_t.fill_(float(self.size))
+
+    def indices(self, k: int, rows: int, generator: torch.Generator | None = None):  # type: ignore[no-untyped-def]
+        """k x rows uniform indices in [0, size), drawn on the device without a host read."""
+        u = torch.rand((k, rows), device=self.device, generator=generator)
+        index = (u * self.size_t).long()
+        return torch.minimum(index, self.size_t.long() - 1)  # rand * size rounding up to size
+
+    def sample_into(self, feeder: BatchFeeder, generator: torch.Generator | None = None) -> None:
+        """Draw k uniform batches on the device into the feeder's static inputs (with
+        replacement; importance weights and n-step lengths set to ones). No host sync, so
+        it may run inside a captured graph; the caller checks `size > 0` first."""
+        index = self.indices(feeder.k, feeder.rows, generator).flatten()
+        for key, column in self.columns.items():
+            target = feeder.inputs[key]
+            target.copy_(column.index_select(0, index).view_as(target))
+        for key in _ONES:
+            if key in feeder.inputs:
+                feeder.inputs[key].fill_(1.0)
