@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from actorq.algos.dqn_flat import FlatDQNUpdate, multi_step
+from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate
 from actorq.algos.optim import FastAdam, clip_grad_norm
 from actorq.models.cnn import CNNSpec, build_network
 from actorq.models.mlp import MLPSpec, QNetwork
@@ -28,9 +29,9 @@ from actorq.models.mlp_grad import (
 )
 from actorq.models.mlp_grad import forward as mlp_forward
 
-BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
-# Optional: "steps", the n-step length of each transition (actorq.actor.nstep); the target
-# then bootstraps with gamma ** steps. Absent (or all 1) = one-step DQN.
+# BATCH_KEYS (dqn_update.py) are required. Optional: "steps", the n-step length of each
+# transition (actorq.actor.nstep); the target then bootstraps with gamma ** steps. Absent
+# (or all 1) = one-step DQN.
 # Every other key becomes float32: pixel replay keeps uint8 [C, H, W] observations and
 # they turn into floats here, per sampled batch, not in the replay memory.
 _DTYPES = {"action": torch.int64}
@@ -113,20 +114,6 @@ class DQNConfig:
 def _check(ok: bool, field: str, expected: str, value: object) -> None:
     if not ok:
         raise ValueError(f"DQNConfig.{field} must be {expected}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class DQNUpdate:
-    """What one learner update reports."""
-
-    loss: float
-    """Importance-weighted mean Huber loss."""
-    q_mean: float
-    """Mean Q(s, a) of the batch's actions before the update."""
-    td_abs: np.ndarray
-    """|TD error| per transition, shape [B]; new priorities for prioritized replay."""
-    grad_norm: float
-    """Global gradient norm before clipping."""
 
 
 class DQNLearner:

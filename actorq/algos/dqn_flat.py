@@ -29,22 +29,19 @@ import functools
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from actorq.algos.dqn_update import BATCH_KEYS, DQNLearnerParts, DQNUpdate
 from actorq.models.mlp_grad import linear_layers
-
-if TYPE_CHECKING:
-    from actorq.algos.dqn import DQNLearner, DQNUpdate
 
 
 class FlatDQNUpdate:
     """The numpy update of one `DQNLearner`; build with `FlatDQNUpdate.build(learner)`."""
 
     @classmethod
-    def build(cls, learner: DQNLearner) -> FlatDQNUpdate | None:
+    def build(cls, learner: DQNLearnerParts) -> FlatDQNUpdate | None:
         """The flat update for `learner`, or None where it does not apply (the learner then
         keeps its torch path): QAT, a tanh output, non-CPU devices, non-fp32 weights,
         a numpy whose BLAS thread count cannot be set, a non-standard optimizer. Per
@@ -69,10 +66,7 @@ class FlatDQNUpdate:
             return None
         return cls(learner)
 
-    def __init__(self, learner: DQNLearner) -> None:
-        from actorq.algos.dqn import BATCH_KEYS, DQNUpdate  # dqn imports this module
-
-        self._keys, self._result = BATCH_KEYS, DQNUpdate
+    def __init__(self, learner: DQNLearnerParts) -> None:
         self.learner = learner
         self.params = list(learner.online.parameters())
         n = sum(p.numel() for p in self.params)
@@ -159,9 +153,9 @@ class FlatDQNUpdate:
 
     # --- the update ---------------------------------------------------------------------
     def update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None) -> DQNUpdate:
-        missing = [k for k in self._keys if k not in batch]
+        missing = [k for k in BATCH_KEYS if k not in batch]
         if missing:
-            raise KeyError(f"batch is missing {missing}; expected keys {list(self._keys)}")
+            raise KeyError(f"batch is missing {missing}; expected keys {list(BATCH_KEYS)}")
         action = np.asarray(batch["action"])
         if action.dtype != np.int64:
             action = action.astype(np.int64)
@@ -258,7 +252,7 @@ class FlatDQNUpdate:
         grad_norm = self._clip()
         learner._apply_lr_schedule()
         self._adam()
-        return self._result(
+        return DQNUpdate(
             loss=loss, q_mean=float(np.add.reduce(q)) / size, td_abs=td_abs, grad_norm=grad_norm
         )
 
