@@ -228,7 +228,7 @@ def _onpolicy_actor_env(settings: RunSettings) -> dict[str, str]:
 def _obs_codec_env(settings: RunSettings) -> dict[str, str]:
     """uint8 frames compress well: actors send them zstd-compressed, in trajectory
     segments and in pixel replay batches (format "3") alike."""
-    from actorq.pixel_envs import is_pixel_id
+    from actorq.envs.pixel import is_pixel_id
 
     return {"ACTORQ_OBS_CODEC": "zstd" if is_pixel_id(settings.env) else "none"}
 
