@@ -5,6 +5,7 @@ publish gate. A mixin of `actorq.learner.loop.Learner`, which owns the state it 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -13,6 +14,14 @@ from actorq.config import ConfigError
 from actorq.learner.publish_gate import PublishGate
 from actorq.learner.settle import SolvedWatch, credit_per_update
 from actorq.replay import TerminalShareSampler
+
+if TYPE_CHECKING:
+    import redis
+
+    from actorq.config import LearnerSettings
+    from actorq.learner.publisher import WeightsPublisher
+    from actorq.redis_keys import RedisKeys
+    from actorq.replay import Sampler
 
 log = logging.getLogger("actorq.learner.loop")  # the loop's log, as before the move
 
@@ -35,6 +44,19 @@ def scale_learning_rates(algorithm: object, scale: float) -> None:
 class SettleSteps:
     """The settle steps of `Learner` (its attributes: s, cfg, client, keys, dqn, sampler,
     publisher, counters, settle, settled_at)."""
+
+    # Set by Learner.__init__; declared here for type checkers only.
+    s: LearnerSettings
+    cfg: Any  # the algorithm's config
+    client: redis.Redis
+    keys: RedisKeys
+    dqn: Any  # the algorithm
+    sampler: Sampler
+    publisher: WeightsPublisher | None
+    counters: Any  # actorq.learner.loop.LearnerCounters
+    settle: SolvedWatch | None
+    settled_at: int | None
+    _credit: int
 
     def _publish_gate(self) -> PublishGate | None:
         s = self.s
