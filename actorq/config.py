@@ -8,147 +8,52 @@ same everywhere.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+
+from actorq.config_parse import (
+    ALGORITHMS,
+    ENV_PREFIX,
+    PRECISIONS,
+    REPLAY_KINDS,
+    _check,
+    _check_port,
+    _check_precision,
+    load_settings,
+    parse_int_tuple,
+    redact_url,
+    to_environ,
+)
+from actorq.config_run import RunSettings
+from actorq.errors import ConfigError
 
 # Compression of uint8 observations in trajectory segments and pixel replay batches.
-from actorq.errors import ConfigError
 from actorq.obs_codec import CODECS as OBS_CODECS
 
-ENV_PREFIX = "ACTORQ_"
-PRECISIONS = ("fp32", "fp16", "int8", "int4")
-ALGORITHMS = (
-    "dqn",
-    "ddpg",
-    "td3",
-    "sac",
-    "d4pg",
-    "ppo",
-    "appo",
-    "a2c",
-)  # = actorq.algos.ALGORITHMS
+# Helpers and `RunSettings` live in config_parse.py and config_run.py; re-exported here so
+# that `from actorq.config import X` works for every name.
+__all__ = [
+    "ALGORITHMS",
+    "AUTO_ACTOR_INDEX",
+    "ENV_PREFIX",
+    "PRECISIONS",
+    "REPLAY_KINDS",
+    "ActorSettings",
+    "CommonSettings",
+    "ConfigError",
+    "LearnerSettings",
+    "QuantizerSettings",
+    "RunSettings",
+    "load_settings",
+    "parse_int_tuple",
+    "redact_url",
+    "to_environ",
+]
+
 # ACTORQ_ACTOR_INDEX=-1: replicas started from one template (compose --scale, a k8s
 # Deployment) claim distinct indices from a Redis counter (actorq.actor.identity).
 AUTO_ACTOR_INDEX = -1
-
-T = TypeVar("T")
-
-
-REPLAY_KINDS = ("uniform", "prioritized")
-
-
-def parse_int_tuple(text: str, name: str = "value") -> tuple[int, ...]:
-    """Parse '512,512,512' into (512, 512, 512); every width must be a positive int."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        raise ConfigError(
-            f"{name}: expected comma-separated positive integers like 256,256, got {text!r}"
-        ) from None
-    if not values or any(v < 1 for v in values):
-        raise ConfigError(
-            f"{name}: expected comma-separated positive integers like 256,256, got {text!r}"
-        )
-    return values
-
-
-def _parse_bool(text: str, name: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name}: expected true/false, got {text!r}")
-
-
-def _parse_value(text: str, kind: Any, name: str) -> Any:
-    """Convert one environment string to the field's declared type."""
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(kind) if a is not type(None)]
-        if text.strip().lower() in ("", "none"):
-            return None
-        return _parse_value(text, inner[0], name)
-    if kind is bool:
-        return _parse_bool(text, name)
-    if kind is int or kind is float:
-        try:
-            return kind(text)
-        except ValueError:
-            raise ConfigError(f"{name}: expected {kind.__name__}, got {text!r}") from None
-    if origin is tuple:
-        return parse_int_tuple(text, name)
-    return text
-
-
-def load_settings(
-    cls: type[T],
-    environ: Mapping[str, str] | None = None,
-    prefix: str = ENV_PREFIX,
-    **overrides: Any,
-) -> T:
-    """Build settings `cls` from `prefix`+FIELD variables, then apply explicit overrides."""
-    environ = os.environ if environ is None else environ
-    hints = typing.get_type_hints(cls)
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        var = prefix + f.name.upper()
-        if var in environ:
-            values[f.name] = _parse_value(environ[var], hints[f.name], var)
-    values.update(overrides)
-    return cls(**values)
-
-
-def to_environ(settings: Any, prefix: str = ENV_PREFIX) -> dict[str, str]:
-    """The inverse of `load_settings`: variables that reproduce `settings`."""
-    env: dict[str, str] = {}
-    for f in dataclasses.fields(settings):
-        value = getattr(settings, f.name)
-        if value is None:
-            continue
-        if isinstance(value, tuple):
-            text = ",".join(str(v) for v in value)
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        else:
-            text = str(value)
-        env[prefix + f.name.upper()] = text
-    return env
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-def _check_precision(precision: str) -> None:
-    _check(
-        precision in PRECISIONS,
-        f"precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}",
-    )
-
-
-def _check_port(name: str, port: int) -> None:
-    _check(
-        0 <= port <= 65535, f"{name}: expected a port in 0..65535 (0 = pick a free one), got {port}"
-    )
-
-
-def redact_url(url: str) -> str:
-    """`url` with any password replaced by ***, for logs and error messages."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    auth, _, host = rest.partition("@")
-    user, colon, _password = auth.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}@{host}"
 
 
 def _check_security(settings: CommonSettings) -> None:
@@ -457,97 +362,4 @@ class LearnerSettings(CommonSettings):
         _check(
             self.algo in ALGORITHMS,
             f"algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
-        )
-
-
-@dataclass
-class RunSettings:
-    """`actorq run`: one machine, every service a separate process on loopback."""
-
-    env: str = "CartPole-v1"
-    algo: str = "dqn"
-    actors: int = 2
-    envs_per_actor: int = 8
-    precision: str = "int8"
-    hidden: tuple[int, ...] = (64, 64)
-    max_env_steps: int = 500000  # stop when the actors together took this many; 0 = no limit
-    target_return: float | None = 475.0  # stop when the evaluator's mean reaches it
-    settle_at: float | None = None  # the learner settles when the evaluator's mean reaches it
-    max_seconds: float = 0.0  # wall-clock budget; 0 = none
-    seed: int = 0
-    run_dir: str = ""  # default: runs/<env>-<precision>-<timestamp>
-    redis_url: str = ""  # empty = start an embedded Redis for this run
-    eval_envs: int = 25  # evaluator envs: 4 rounds of 25 make the 100-episode mean
-    samples_per_insert: float = 16.0
-    learners: int = 1  # data-parallel learner processes (gradients all-reduced)
-    replay: str = "uniform"  # uniform | prioritized
-    qat_bits: int = 0  # > 0: train the policy network with fake quantization at 2..8 bits
-    unroll: int = 64  # on-policy algorithms: steps per trajectory segment (T)
-    sparsity_actor: float = 0.0  # > 0: RLx2 sparse training (actorq.sparse), actor share of 0s
-    sparsity_critic: float = 0.0  # the same for the critics
-
-    def __post_init__(self) -> None:
-        self._check_sparsity()
-        _check(
-            self.replay in REPLAY_KINDS,
-            f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
-        )
-        _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
-        _check(
-            self.settle_at is None or (self.learners == 1 and math.isfinite(self.settle_at)),
-            f"--settle-at: expected a finite return on one learner or 'none', got "
-            f"{self.settle_at} with --learners {self.learners}",
-        )
-        _check(
-            self.learners == 1 or self.algo == "dqn",
-            f"--learners {self.learners}: parallel learners support --algo dqn only so far, "
-            f"got {self.algo!r}",
-        )
-        _check(
-            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
-            f"--qat-bits: expected 0 (off) or 2..8, got {self.qat_bits}",
-        )
-        _check(
-            self.algo in ALGORITHMS,
-            f"--algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
-        )
-        _check(self.actors >= 1, f"--actors: expected >= 1, got {self.actors}")
-        _check(1 <= self.unroll <= 4096, f"--unroll: expected 1..4096, got {self.unroll}")
-        _check(self.actors <= 256, f"--actors: expected <= 256, got {self.actors}")
-        _check(
-            self.envs_per_actor >= 1, f"--envs-per-actor: expected >= 1, got {self.envs_per_actor}"
-        )
-        _check_precision(self.precision)
-        _check(self.max_env_steps >= 0, f"--max-env-steps: expected >= 0, got {self.max_env_steps}")
-        _check(
-            self.max_env_steps > 0 or self.max_seconds > 0,
-            "--max-env-steps 0 (no limit) needs --max-seconds, or nothing would end the run",
-        )
-        _check(self.max_seconds >= 0, f"--max-seconds: expected >= 0, got {self.max_seconds}")
-        _check(self.eval_envs >= 1, f"--eval-envs: expected >= 1, got {self.eval_envs}")
-        _check(
-            self.samples_per_insert > 0,
-            f"--samples-per-insert: expected > 0, got {self.samples_per_insert}",
-        )
-
-    def _check_sparsity(self) -> None:
-        for name in ("sparsity_actor", "sparsity_critic"):
-            value = getattr(self, name)
-            flag = "--" + name.replace("_", "-")
-            _check(0.0 <= value < 1.0, f"{flag} (or --sparsity): expected 0 <= x < 1, got {value}")
-        if self.sparsity_actor == 0 and self.sparsity_critic == 0:
-            return
-        sparse_algos = ("ddpg", "td3", "sac", "d4pg")  # actorq.sparse.config.SPARSE_ALGORITHMS
-        _check(
-            self.algo in sparse_algos,
-            f"--sparsity: sparse training needs an actor-critic algorithm "
-            f"({', '.join(sparse_algos)}), got --algo {self.algo}",
-        )
-        _check(
-            self.learners == 1,
-            f"--sparsity: sparse training runs on one learner, got --learners {self.learners}",
-        )
-        _check(
-            self.replay == "uniform",
-            f"--sparsity: RLx2's dynamic-capacity replay needs --replay uniform, got {self.replay}",
         )

@@ -81,7 +81,7 @@ def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...], config: Any = N
     Raises EnvError when the env is unknown or its spaces do not fit the algorithm.
     """
     from actorq.envs import EnvError, describe_env
-    from actorq.pixel_envs import is_pixel_id
+    from actorq.envs.pixel import is_pixel_id
 
     # Pixel envs are described as they are (discrete), so that an algorithm without a CNN
     # policy gets the pixel message below rather than one about Box spaces.

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import redis
-import torch
 
 from actorq import metrics
 from actorq.algos.capture import CapturedUpdate, captured_runner
@@ -33,24 +32,25 @@ from actorq.learner.distributed import (
     broadcast_tensors,
     tensors_in,
 )
-from actorq.learner.publish_gate import PublishGate
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.learner.rlx2 import RLx2Learning
-from actorq.learner.settle import SolvedWatch, credit_per_update
+from actorq.learner.sampling import make_sampler
+from actorq.learner.settling import ROLLBACK_KEEP_BYTES, SettleSteps, scale_learning_rates
 from actorq.models import MLPSpec
 from actorq.models.cnn import CNNSpec
 from actorq.redis_keys import RedisKeys
 from actorq.replay import (
     RedisReplayReader,
     ReplayStorage,
-    Sampler,
     SampleToInsertRatio,
-    TerminalShareSampler,
-    UniformSampler,
 )
 from actorq.sparse.config import SparseTrainingConfig
 
 log = logging.getLogger(__name__)
+
+# make_sampler and scale_learning_rates moved to actorq.learner.sampling and .settling;
+# still importable from here.
+__all__ = ["Learner", "LearnerCounters", "make_sampler", "scale_learning_rates"]
 
 
 @dataclass
@@ -67,7 +67,7 @@ class LearnerCounters:
     credited: int = 0
 
 
-class Learner:
+class Learner(SettleSteps):
     """Owns the replay mirror, the DQN learner, the publisher and the checkpointer.
 
     With data-parallel learners (`dist.world_size > 1`) there is one `Learner` per rank;
@@ -174,19 +174,6 @@ class Learner:
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
         metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
-
-    def _publish_gate(self) -> PublishGate | None:
-        s = self.s
-        if s.settle_at is None or s.settle_validation_episodes == 0:
-            return None
-        bar = s.settle_at if s.settle_validation_bar is None else s.settle_validation_bar
-        return PublishGate(s.env_id, s.settle_validation_episodes, bar, s.seed + 77_777)
-
-    def _solved_watch(self) -> SolvedWatch | None:
-        s = self.s  # LearnerSettings checks both ratios and refuses parallel learners
-        if s.settle_at is None:
-            return None
-        return SolvedWatch(self.client, self.keys, s.settle_at, s.settle_episodes)
 
     # --- start-up ---------------------------------------------------------------------
     def restore(self) -> None:
@@ -382,51 +369,6 @@ class Learner:
         if self.checkpointer is not None and updates % self.s.checkpoint_every == 0:
             self.checkpoint()
 
-    def _enter_settled(self, why: str, resumed_at: int | None = None) -> None:
-        """From now on train at the settled replay ratio (actorq.learner.settle)."""
-        if self.settled_at is not None or self.settle is None:
-            return
-        base = self.s.samples_per_insert
-        # A run already at a low ratio (e.g. 1) keeps it: settling never raises the ratio.
-        low = min(self.s.settle_samples_per_insert, base)
-        self.settled_at = self.counters.updates if resumed_at is None else resumed_at
-        self.settle.solved = True  # stop watching
-        # Extra transitions credited per update on top of the batch actually sampled.
-        self._credit = round(self.cfg.batch_size * (credit_per_update(base, low) - 1.0))
-        metrics.LEARNER_REPLAY_RATIO.set(low)
-        # A resumed learner's weights and optimizer state are already the settled ones.
-        if resumed_at is None and self.s.settle_rollback:
-            self._roll_back_to_solved_version()
-        if self.s.settle_lr_scale != 1.0 and resumed_at is None:
-            scale_learning_rates(self.dqn, self.s.settle_lr_scale)
-        if isinstance(self.sampler, TerminalShareSampler):
-            self.sampler.share = self.s.settle_terminal_share
-        log.info(
-            "settled at update %d (%s): replay ratio %g -> %g samples per insert, "
-            "learning rate x %g, terminal rows %g of each batch",
-            self.settled_at,
-            why,
-            base,
-            low,
-            self.s.settle_lr_scale,
-            getattr(self.sampler, "share", 0.0),
-        )
-
-    def _roll_back_to_solved_version(self) -> None:
-        """Load the weights of the version the evaluator found solved (SolvedWatch)."""
-        assert self.settle is not None and self.publisher is not None
-        version = self.settle.solved_version()
-        weights = None if version is None else self.publisher.weights_of(version)
-        load = getattr(self.dqn, "load_policy_weights", None)
-        if weights is None or load is None:
-            log.warning(
-                "settling on the current weights: version %s is not held (or %s cannot "
-                "load policy weights)", version, self.s.algo,
-            )  # fmt: skip
-            return
-        load(weights)
-        log.info("settling on version %d, the one the evaluator measured", version)
-
     def _report_progress(self) -> None:
         """Tell actors how far sampling got (their side of the rate limiter)."""
         try:
@@ -520,40 +462,3 @@ class Learner:
         """Share of wall time spent sampling rows and copying them out of the mirror."""
         elapsed = time.perf_counter() - self.counters.started
         return self.counters.sample_seconds / elapsed if elapsed > 0 else 0.0
-
-
-# Recent published weights kept for settling's rollback: every version of a 64x64 policy
-# (18 KB each) for hundreds of versions, only the last few of a 1024-wide one.
-ROLLBACK_KEEP_BYTES = 32 * 2**20
-
-
-def scale_learning_rates(algorithm: object, scale: float) -> None:
-    """Multiply the learning rate of every optimizer `algorithm` owns by `scale` (DQN has
-    one; the actor-critic algorithms have one per network, SAC one more for its alpha)."""
-    optimizers = [v for v in vars(algorithm).values() if isinstance(v, torch.optim.Optimizer)]
-    if not optimizers:
-        raise ConfigError(f"{type(algorithm).__name__} has no optimizer whose rate to scale")
-    for optimizer in optimizers:
-        for group in optimizer.param_groups:
-            group["lr"] *= scale
-
-
-def make_sampler(settings: LearnerSettings) -> Sampler:
-    """The learner's sampler, by `settings.replay`.
-
-    Prioritized replay after a restart: rows rebuilt from the Redis stream enter at the
-    running max priority (1.0 on a fresh sampler), like new rows, so each is sampled and
-    re-scored soon; priorities themselves are not persisted (documented fallback).
-    """
-    if settings.replay == "prioritized":
-        from actorq.replay.prioritized import PrioritizedSampler  # numba: only when used
-
-        return PrioritizedSampler(
-            settings.replay_capacity,
-            alpha=settings.per_alpha,
-            beta=settings.per_beta,
-            beta_steps=settings.per_beta_steps,
-        )
-    if settings.settle_terminal_share > 0:
-        return TerminalShareSampler()  # its share is raised on settling (_enter_settled)
-    return UniformSampler()

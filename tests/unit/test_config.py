@@ -119,7 +119,7 @@ def test_settle_at_is_checked() -> None:
 
 
 def test_dqn_actors_build_n_step_transitions_when_the_config_asks(monkeypatch) -> None:
-    from actorq.launch.run import _actor_replay_env
+    from actorq.launch.plan import _actor_replay_env
 
     monkeypatch.delenv("ACTORQ_DQN_N_STEP", raising=False)
     assert _actor_replay_env(RunSettings()) == {}  # one-step DQN: nothing extra

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actorq.launch.run import PortPicker
+from actorq.launch.plan import PortPicker
 
 
 def test_a_port_handed_out_before_is_skipped() -> None:

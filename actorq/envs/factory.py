@@ -4,7 +4,7 @@ Three families share one id space:
 - gymnasium ids (classic control such as CartPole-v1, Pendulum-v1,
   MountainCarContinuous-v0; MuJoCo v5 such as HalfCheetah-v5, Hopper-v5, Walker2d-v5);
 - `dmc:<domain>-<task>` for the DeepMind Control Suite (e.g. dmc:cartpole-swingup),
-  wrapped as gymnasium envs by `actorq.dmc_env.DMCEnv`.
+  wrapped as gymnasium envs by `actorq.envs.dmc.DMCEnv`.
 Every continuous env is presented with a Box action space in [-1, 1] (gymnasium's
 RescaleAction maps it onto the env's own bounds), so a tanh actor needs no env knowledge.
 
@@ -27,7 +27,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RescaleAction
 
-from actorq.pixel_envs import (
+from actorq.envs.pixel import (
     ALE_PREFIX,
     MINATAR_PREFIX,
     AleSingleEnv,
@@ -157,7 +157,7 @@ def next_obs_for_replay(
 def make_env(env_id: str) -> gym.Env:
     """One env of any family; continuous action spaces are rescaled to [-1, 1]."""
     if env_id.startswith(DMC_PREFIX):
-        from actorq.dmc_env import make_dmc_env  # imports dm_control only when asked for
+        from actorq.envs.dmc import make_dmc_env  # imports dm_control only when asked for
 
         return make_dmc_env(env_id[len(DMC_PREFIX) :], EnvError)
     if env_id.startswith(MINATAR_PREFIX):
