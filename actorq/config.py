@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -40,6 +41,13 @@ T = TypeVar("T")
 
 
 REPLAY_KINDS = ("uniform", "prioritized")
+# Where the learner trains (actorq.learner.device): "auto" picks cpu or cuda by the rule
+# there; "cuda:N" names one GPU. Checked here by syntax only (no torch import).
+LEARNER_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
+# How each update runs (= actorq.algos.capture.UPDATE_PATHS); "auto" = the fastest one
+# the learner offers on its device (actorq.learner.update_path).
+UPDATE_PATHS = ("auto", "numpy-flat", "torch-eager", "cuda-graph", "compiled")
 
 
 class ConfigError(ValueError):
@@ -129,6 +137,14 @@ def to_environ(settings: Any, prefix: str = ENV_PREFIX) -> dict[str, str]:
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+def check_learner_device(device: str, name: str) -> None:
+    """`device` is auto, cpu, cuda or cuda:N (whether that GPU exists is checked later)."""
+    _check(
+        _DEVICE_RE.fullmatch(device) is not None,
+        f"{name}: expected one of {', '.join(LEARNER_DEVICES)}, got {device!r}",
+    )
 
 
 def _check_precision(precision: str) -> None:
@@ -334,7 +350,8 @@ class LearnerSettings(CommonSettings):
     checkpoint_dir: str = ""  # empty = no checkpoints
     checkpoint_every: int = 5000  # learner updates between checkpoints
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
-    device: str = "cpu"
+    device: str = "cpu"  # auto | cpu | cuda | cuda:N (`actorq run --learner-device`)
+    update_path: str = "auto"  # auto | numpy-flat | torch-eager | cuda-graph | compiled
     torch_threads: int = 1
     replay: str = "uniform"  # sampler: uniform | prioritized (K-ary sum tree, lazy writing)
     per_alpha: float = 0.6  # prioritization exponent: stored priority = (|td| + eps) ** alpha
@@ -457,6 +474,12 @@ class LearnerSettings(CommonSettings):
             f"checkpoint_every: expected >= 1, got {self.checkpoint_every}",
         )
         _check(self.torch_threads >= 1, f"torch_threads: expected >= 1, got {self.torch_threads}")
+        check_learner_device(self.device, "device (ACTORQ_DEVICE)")
+        _check(
+            self.update_path in UPDATE_PATHS,
+            f"update_path (ACTORQ_UPDATE_PATH): expected one of {', '.join(UPDATE_PATHS)}, "
+            f"got {self.update_path!r}",
+        )
         _check(
             self.algo in ALGORITHMS,
             f"algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",
@@ -488,9 +511,11 @@ class RunSettings:
     unroll: int = 64  # on-policy algorithms: steps per trajectory segment (T)
     sparsity_actor: float = 0.0  # > 0: RLx2 sparse training (actorq.sparse), actor share of 0s
     sparsity_critic: float = 0.0  # the same for the critics
+    learner_device: str = "auto"  # auto | cpu | cuda | cuda:N (the learner's ACTORQ_DEVICE)
 
     def __post_init__(self) -> None:
         self._check_sparsity()
+        check_learner_device(self.learner_device, "--learner-device")
         _check(
             self.replay in REPLAY_KINDS,
             f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",

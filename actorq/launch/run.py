@@ -46,6 +46,7 @@ from actorq.launch.processes import ServiceProcess, stop_in_order
 from actorq.launch.progress import ProgressView
 from actorq.launch.supervisor import Supervisor
 from actorq.launch.zygote import Zygote
+from actorq.learner.update_path import read_learner_info
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis, check_redis, find_free_port
@@ -164,6 +165,7 @@ def _learner(
         "ACTORQ_RANK": str(rank),
         "ACTORQ_DIST_ADDR": dist_addr,
         "ACTORQ_ALGO": settings.algo,
+        "ACTORQ_DEVICE": settings.learner_device,
         "ACTORQ_SETTLE_AT": "none" if settings.settle_at is None else repr(settings.settle_at),
         **_qat_env(settings),
         **({"ACTORQ_PUBLISH_EVERY": "1"} if is_on_policy(settings.algo) else {}),
@@ -248,6 +250,16 @@ def _sparse_env(settings: RunSettings) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in os.environ or k.startswith("ACTORQ_SPARSITY")}
 
 
+def _check_learner_device(settings: RunSettings) -> None:
+    """--learner-device cuda without a usable GPU: exit 2 before anything starts (the
+    learner would refuse it too, but only after Redis and the services were up). `auto`
+    is left to the learner, which decides where it runs."""
+    if settings.learner_device.startswith("cuda"):
+        from actorq.learner.device import CudaInfo, check_available
+
+        check_available(settings.learner_device, CudaInfo.probe())
+
+
 def _note_narrow_sparse(settings: RunSettings) -> None:
     from actorq.sparse.config import narrow_network_note
 
@@ -319,6 +331,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     config = load_algorithm_config(settings.algo, {**os.environ, **_qat_env(settings)})
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
+    _check_learner_device(settings)
     _note_narrow_sparse(settings)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
@@ -440,6 +453,7 @@ def _run_cluster(
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu["launcher"] = own.ru_utime + own.ru_stime  # monitor polls, progress view, outputs
     records = read_final_records(client, RedisKeys(prefix), run_dir / "checkpoints")
+    learner_info = read_learner_info(client, RedisKeys(prefix))
     if monitor is not None:
         _write_outputs(
             settings,
@@ -452,6 +466,7 @@ def _run_cluster(
             dict(supervisor.restarts),
             records,
             meter.report({k: v for k, v in cpu.items() if v is not None}),
+            learner_info,
         )
         monitor.close()
     if client is not None:
@@ -577,6 +592,7 @@ def _write_outputs(
     restarts: dict[str, int],
     records: FinalRecords,
     energy: dict,
+    learner_info: dict[str, str],
 ) -> None:
     last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
     checkpoint = run_dir / "checkpoints" / "checkpoint.pt"
@@ -625,6 +641,7 @@ def _write_outputs(
         if last
         else {},
         **sparse_summary(run_dir, monitor),
+        **learner_info,  # learner_device, learner_update_path, learner_dtype
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)
