@@ -61,21 +61,46 @@ def _build(case: tuple, device: str):
     return make_algorithm(algo, obs, out, hidden, config, device=device, seed=0)
 
 
+def _stepper(learner):
+    """One update as the learner loop runs it: through the captured runner's submit (no
+    host sync per update, results drained in batches) where a captured path is applied,
+    else `learner.update`. Returns (step, drain)."""
+    try:
+        from actorq.algos.capture import captured_runner  # type: ignore[attr-defined]
+    except ImportError:
+        runner = None
+    else:
+        runner = captured_runner(learner)
+    if runner is None:
+        return learner.update, lambda: None
+
+    def step(batch: dict) -> None:
+        runner.submit([batch], [None])
+        if runner.pending >= runner.slots:
+            runner.drain()
+
+    return step, runner.drain
+
+
 def time_updates(learner, data: list[dict], device: str, seconds: float) -> tuple[float, int]:
-    """(ms per update, updates timed): warm-up, then updates until `seconds` have passed."""
+    """(ms per update, updates timed): warm-up, then updates until `seconds` have passed;
+    pending results drained and the GPU synchronized before each clock read."""
     import torch
 
+    step, drain = _stepper(learner)
+
     def sync() -> None:
+        drain()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
     for i in range(10):
-        learner.update(data[i % len(data)])
+        step(data[i % len(data)])
     sync()
     started, n = time.perf_counter(), 0
     while True:
         for _ in range(10):
-            learner.update(data[n % len(data)])
+            step(data[n % len(data)])
             n += 1
         sync()
         elapsed = time.perf_counter() - started

@@ -268,9 +268,11 @@ def resolve_device(
 def resolve_settings_device(settings: Any, config: Any) -> DeviceChoice:
     """Resolve the learner service's ACTORQ_DEVICE in place (`auto` becomes the chosen
     device) and log the choice with its reason; ConfigError when the device is missing."""
-    from actorq.algos.factory import policy_spec
+    spec = None
+    if settings.device == "auto":  # only auto needs the network's size
+        from actorq.algos.factory import policy_spec
 
-    spec = policy_spec(settings.env_id, settings.algo, settings.hidden, config)
+        spec = policy_spec(settings.env_id, settings.algo, settings.hidden, config)
     choice = resolve_device(settings.device, settings.algo, spec, config, settings.world_size)
     settings.device = choice.device
     log.info("learner device %s (%s)", choice.device, choice.reason)
