@@ -188,15 +188,14 @@ def main() -> None:
         settings = load_settings(LearnerSettings)
         setup_logging(settings.log_level)
         dqn = load_algorithm_config(settings.algo)
-        # auto -> cpu or cuda (actorq.learner.device); a missing GPU is a ConfigError (exit 2)
-        choice = resolve_settings_device(settings, dqn)
         if is_on_policy(settings.algo):  # trajectory segments, no replay
             from actorq.learner.onpolicy_service import serve_onpolicy
 
-            return serve_onpolicy(settings, dqn, choice)
+            return serve_onpolicy(settings, dqn, resolve_settings_device(settings, dqn))
         rlx2 = load_settings(SparseTrainingConfig)  # ACTORQ_SPARSITY_* and the rest of RLx2
         rlx2.check_usable(settings.algo, settings.replay, settings.world_size)
-        return serve(settings, dqn, rlx2, choice)
+        # auto -> cpu or cuda (actorq.learner.device); a missing GPU is a ConfigError (exit 2)
+        return serve(settings, dqn, rlx2, resolve_settings_device(settings, dqn))
 
     run_main(_main)
 
