@@ -77,7 +77,7 @@ class Plan:
             run_seconds=11.0, run_skip=0.0, e2e_seconds=11.0, e2e_skip=0.0,
             scaling_actors=(1,), scaling_spi=(16.0,), envs_per_actor=4,
             e2e_arms=(("gpu", "1", "fp32"), ("cpu", "4", "int8")),
-            e2e_hidden="64,64", e2e_actors=1, case_seconds=0.2, run_env_steps=15000,
+            e2e_hidden="64,64", e2e_actors=1, case_seconds=0.2, run_env_steps=40000,
             bench_args=("--rounds", "1", "--updates", "3"),
             pytest_paths=("tests/unit/test_learner_device_gpu.py",),
             timeouts={"env": 30, "cases": 60, "scaling": 150, "e2e": 150, "learner": 240,
