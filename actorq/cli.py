@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from actorq import __version__
@@ -145,6 +146,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "--sparsity-actor", type=float, default=None, help="actor sparsity (default: --sparsity)"
     )
     p.add_argument(
+        "--learner-device",
+        default=os.environ.get("ACTORQ_DEVICE", d.learner_device),
+        help="where the learner trains: auto | cpu | cuda | cuda:N (default: ACTORQ_DEVICE, "
+        "else auto: cuda only where a GPU is faster for this network, docs/gpu-learner.md)",
+    )
+    p.add_argument(
         "--sparsity-critic", type=float, default=None, help="critic sparsity (default: --sparsity)"
     )
 
@@ -275,6 +282,7 @@ def _run(args: argparse.Namespace) -> int:
         unroll=args.unroll,
         sparsity_actor=_or(args.sparsity_actor, args.sparsity),
         sparsity_critic=_or(args.sparsity_critic, args.sparsity),
+        learner_device=args.learner_device,
     )
     from actorq.launch.zygote import Zygote
 

@@ -17,9 +17,11 @@ from actorq.config_parse import (
     ENV_PREFIX,
     PRECISIONS,
     REPLAY_KINDS,
+    UPDATE_PATHS,
     _check,
     _check_port,
     _check_precision,
+    check_learner_device,
     load_settings,
     parse_int_tuple,
     redact_url,
@@ -45,6 +47,7 @@ __all__ = [
     "LearnerSettings",
     "QuantizerSettings",
     "RunSettings",
+    "check_learner_device",
     "load_settings",
     "parse_int_tuple",
     "redact_url",
@@ -236,7 +239,8 @@ class LearnerSettings(CommonSettings):
     checkpoint_dir: str = ""  # empty = no checkpoints
     checkpoint_every: int = 5000  # learner updates between checkpoints
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
-    device: str = "cpu"
+    device: str = "cpu"  # auto | cpu | cuda | cuda:N (`actorq run --learner-device`)
+    update_path: str = "auto"  # auto | numpy-flat | torch-eager | cuda-graph | compiled
     torch_threads: int = 1
     replay: str = "uniform"  # sampler: uniform | prioritized (K-ary sum tree, lazy writing)
     per_alpha: float = 0.6  # prioritization exponent: stored priority = (|td| + eps) ** alpha
@@ -359,6 +363,12 @@ class LearnerSettings(CommonSettings):
             f"checkpoint_every: expected >= 1, got {self.checkpoint_every}",
         )
         _check(self.torch_threads >= 1, f"torch_threads: expected >= 1, got {self.torch_threads}")
+        check_learner_device(self.device, "device (ACTORQ_DEVICE)")
+        _check(
+            self.update_path in UPDATE_PATHS,
+            f"update_path (ACTORQ_UPDATE_PATH): expected one of {', '.join(UPDATE_PATHS)}, "
+            f"got {self.update_path!r}",
+        )
         _check(
             self.algo in ALGORITHMS,
             f"algo: expected one of {', '.join(ALGORITHMS)}, got {self.algo!r}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -32,6 +33,13 @@ T = TypeVar("T")
 
 
 REPLAY_KINDS = ("uniform", "prioritized")
+# Where the learner trains (actorq.learner.device): "auto" picks cpu or cuda by the rule
+# there; "cuda:N" names one GPU. Checked here by syntax only (no torch import).
+LEARNER_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
+# How each update runs (= actorq.algos.capture.UPDATE_PATHS); "auto" = the fastest one
+# the learner offers on its device (actorq.learner.update_path).
+UPDATE_PATHS = ("auto", "numpy-flat", "torch-eager", "cuda-graph", "compiled")
 
 
 def parse_int_tuple(text: str, name: str = "value") -> tuple[int, ...]:
@@ -117,6 +125,14 @@ def to_environ(settings: Any, prefix: str = ENV_PREFIX) -> dict[str, str]:
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+def check_learner_device(device: str, name: str) -> None:
+    """`device` is auto, cpu, cuda or cuda:N (whether that GPU exists is checked later)."""
+    _check(
+        _DEVICE_RE.fullmatch(device) is not None,
+        f"{name}: expected one of {', '.join(LEARNER_DEVICES)}, got {device!r}",
+    )
 
 
 def _check_precision(precision: str) -> None:

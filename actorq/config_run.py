@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from actorq.config_parse import ALGORITHMS, REPLAY_KINDS, _check, _check_precision
+from actorq.config_parse import (
+    ALGORITHMS,
+    REPLAY_KINDS,
+    _check,
+    _check_precision,
+    check_learner_device,
+)
 
 
 @dataclass
@@ -33,9 +39,11 @@ class RunSettings:
     unroll: int = 64  # on-policy algorithms: steps per trajectory segment (T)
     sparsity_actor: float = 0.0  # > 0: RLx2 sparse training (actorq.sparse), actor share of 0s
     sparsity_critic: float = 0.0  # the same for the critics
+    learner_device: str = "auto"  # auto | cpu | cuda | cuda:N (the learner's ACTORQ_DEVICE)
 
     def __post_init__(self) -> None:
         self._check_sparsity()
+        check_learner_device(self.learner_device, "--learner-device")
         _check(
             self.replay in REPLAY_KINDS,
             f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",

@@ -228,6 +228,12 @@ LEARNER_GATED_VERSIONS = Counter(
     "Versions not broadcast because they failed the learner's validation once settled "
     "(actorq.learner.publish_gate); actors keep the last version that passed.",
 )
+LEARNER_INFO = Gauge(
+    "actorq_learner_info",
+    "1, labelled with the device the learner trains on (cpu, cuda, cuda:N), its update "
+    "path (numpy-flat, torch-eager, cuda-graph, compiled) and the dtype of its weights.",
+    ["device", "update_path", "dtype"],
+)
 LEARNER_REPLAY_RATIO = Gauge(
     "actorq_learner_replay_ratio",
     "Samples per inserted transition the learner trains at now (lower once settled).",

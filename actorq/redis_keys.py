@@ -41,6 +41,11 @@ class RedisKeys:
         return f"{self.prefix}:learner:sampled"
 
     @property
+    def learner_info(self) -> str:
+        """JSON: the device, update path and dtype the learner trains with (for summaries)."""
+        return f"{self.prefix}:learner:info"
+
+    @property
     def actor_index_counter(self) -> str:
         """INCR hands each auto-numbered actor replica its own index (see actor.identity)."""
         return f"{self.prefix}:actors:next_index"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,30 @@ def known_variables() -> set[str]:
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                         names.add(prefix + item.target.id.upper())
     return names
+
+
+def device_pattern() -> re.Pattern[str]:
+    """The learner-device syntax (auto, cpu, cuda, cuda:N) as actorq/config_parse.py's
+    `_DEVICE_RE` states it, read with ast like the variable names above."""
+    tree = ast.parse((ROOT / "actorq/config_parse.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_DEVICE_RE" for t in node.targets
+        ):
+            call = node.value
+            assert isinstance(call, ast.Call) and isinstance(call.args[0], ast.Constant)
+            return re.compile(str(call.args[0].value))
+    raise CheckFailed("actorq/config_parse.py defines no _DEVICE_RE")
+
+
+def check_learner_device(where: str, device: str | None, gpu: bool) -> None:
+    """A GPU learner names cuda[:N]; one without a GPU must not (it would exit at start)."""
+    _expect(
+        device is None or device_pattern().fullmatch(device) is not None,
+        f"{where}: ACTORQ_DEVICE {device!r} is not auto, cpu, cuda or cuda:N",
+    )
+    on_gpu = device is not None and device.startswith("cuda")
+    _expect(on_gpu == gpu, f"{where}: ACTORQ_DEVICE {device!r} with GPU resources {gpu}")
 
 
 def check_variables(where: str, names: set[str]) -> None:
@@ -174,6 +199,7 @@ def check_compose(binary: str) -> None:
         _expect(proc.returncode != 0, "compose accepted container_name on a scaled service")
         print("compose: self-test caught a fixed host port and a fixed container name")
         check_local_override(binary, Path(tmp))
+        check_gpu_override(binary, Path(tmp))
 
 
 LOCAL_OVERRIDE = ROOT / "deploy" / "compose.local.yml"
@@ -198,6 +224,69 @@ def check_local_override(binary: str, tmp: Path) -> None:
     print(
         f"compose: local override valid at --scale actor={SCALE}: local Redis and "
         "Prometheus images, offline build args, no Grafana; main file keeps the official images"
+    )
+
+
+GPU_OVERRIDE = ROOT / "deploy" / "compose.gpu.yml"
+
+
+def gpu_reservations(service: dict) -> list[dict]:
+    devices = ((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}
+    return [d for d in devices.get("devices") or [] if "gpu" in (d.get("capabilities") or [])]
+
+
+def inspect_gpu_model(model: dict) -> None:
+    services = model["services"]
+    for name, service in services.items():
+        gpus = gpu_reservations(service)
+        env = service.get("environment") or {}
+        if name == "learner":
+            _expect(len(gpus) == 1 and int(gpus[0].get("count", 0)) == 1, f"learner: {gpus}")
+            _expect(gpus[0].get("driver") == "nvidia", f"learner GPU driver: {gpus[0]}")
+            args = (service.get("build") or {}).get("args") or {}
+            _expect("/cu" in args.get("TORCH_INDEX", ""), f"learner: CUDA torch index {args}")
+            _expect(service["image"] != "actorq:latest", "learner: expected the CUDA image")
+        else:
+            _expect(not gpus, f"{name} reserves a GPU: {gpus}")
+        if name in ACTORQ_ROLES:
+            check_learner_device(f"compose gpu {name}", env.get("ACTORQ_DEVICE"), bool(gpus))
+    _expect(not collisions(model), f"collisions with the GPU override: {collisions(model)}")
+
+
+def check_gpu_override(binary: str, tmp: Path) -> None:
+    """deploy/compose.gpu.yml: one NVIDIA GPU reserved for the learner, which is told to
+    use it (ACTORQ_DEVICE cuda) and built with CUDA torch; no other service changes."""
+    model = compose_config(binary, GPU_OVERRIDE, scale_override(tmp, "actor", SCALE))
+    inspect_gpu_model(model)
+    check_variables(
+        "deploy/compose.gpu.yml",
+        {k for s in model["services"].values() for k in s.get("environment") or {}},
+    )
+    main = compose_config(binary)
+    _expect(not gpu_reservations(main["services"]["learner"]), "main file reserves a GPU")
+    check_learner_device("compose learner", main["services"]["learner"]["environment"].get(
+        "ACTORQ_DEVICE"), gpu=False)  # fmt: skip
+    # The check must be able to fail: a GPU learner told to stay on the CPU ...
+    cpu = tmp / "gpu-cpu.yml"
+    cpu.write_text(yaml.safe_dump({"services": {"learner": {"environment": {
+        "ACTORQ_DEVICE": "cpu"}}}}))  # fmt: skip
+    try:
+        inspect_gpu_model(compose_config(binary, GPU_OVERRIDE, cpu))
+    except CheckFailed:
+        pass
+    else:
+        raise CheckFailed("GPU override check accepted a GPU learner on ACTORQ_DEVICE=cpu")
+    # ... and a misspelt device.
+    try:
+        check_learner_device("self-test", "gpu", gpu=True)
+    except CheckFailed:
+        pass
+    else:
+        raise CheckFailed("device check accepted ACTORQ_DEVICE=gpu")
+    print(
+        f"compose: GPU override valid at --scale actor={SCALE}: the learner alone reserves "
+        "one NVIDIA GPU, runs the CUDA image with ACTORQ_DEVICE=cuda; self-test caught a "
+        "GPU learner on cpu and ACTORQ_DEVICE=gpu"
     )
 
 
@@ -256,6 +345,13 @@ def inspect_workloads(docs: list[dict], overlay: str, actors: int) -> None:
     learner = workloads["learner"]["spec"]["template"]["spec"]["containers"][0]
     gpus = learner["resources"].get("limits", {}).get("nvidia.com/gpu")
     _expect((gpus == 1) == overlay.endswith("-gpu"), f"{overlay}: learner GPU limit {gpus}")
+    learner_env = {e["name"]: e.get("value") for e in learner.get("env", [])}
+    device = learner_env.get("ACTORQ_DEVICE", config.get("ACTORQ_DEVICE"))
+    check_learner_device(f"k8s {overlay} learner", device, gpu=gpus == 1)
+    for name, work in workloads.items():
+        for c in work["spec"]["template"]["spec"]["containers"]:
+            if name != "learner":
+                _expect("nvidia.com/gpu" not in c["resources"].get("limits", {}), f"{name}: GPU")
 
 
 def check_k8s(kubectl: str, validator: str) -> None:
@@ -264,6 +360,18 @@ def check_k8s(kubectl: str, validator: str) -> None:
         validate(validator, docs, overlay)
         inspect_workloads(docs, overlay, actors)
         print(f"k8s {overlay}: {len(docs)} objects, valid (--strict), {actors} actors")
+    # The GPU check must be able to fail: a GPU learner left on the CPU is caught.
+    cpu_learner = render(kubectl, "scale-32-gpu")
+    container = _workloads(cpu_learner)["learner"]["spec"]["template"]["spec"]["containers"][0]
+    for entry in container["env"]:
+        if entry["name"] == "ACTORQ_DEVICE":
+            entry["value"] = "cpu"
+    try:
+        inspect_workloads(cpu_learner, "scale-32-gpu", OVERLAYS["scale-32-gpu"])
+    except CheckFailed:
+        print("k8s: self-test: a GPU learner with ACTORQ_DEVICE=cpu was caught")
+    else:
+        raise CheckFailed("k8s check accepted a GPU learner with ACTORQ_DEVICE=cpu")
     # The validator must be able to fail: a misspelt field is refused under --strict.
     broken = render(kubectl, "dev")
     _workloads(broken)["actor"]["spec"]["replica"] = 3

@@ -16,6 +16,23 @@ from actorq.redis_server import EmbeddedRedis, RedisUnavailable, check_redis
 LOCAL_REDIS_URL = os.environ.get("ACTORQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu`-marked tests need CUDA: without it they are skipped with the reason (CI has
+    no GPU; bench/gpu_check.sh runs them on a GPU machine with `-m gpu`)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(
+        reason=f"needs a CUDA GPU: torch {torch.__version__} sees none (make gpu-check runs it)"
+    )
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
     """torch on one thread for the test (the learner's default): small MLP updates run ~20x

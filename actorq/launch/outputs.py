@@ -78,6 +78,11 @@ class Summary:
     dense_inference_flops: float | None = None
     topology_updates: int | None = None
     replay_capacity: int | None = None
+    # What the learner trained with (actorq.learner.update_path; None: not reported):
+    # cpu / cuda / cuda:N, numpy-flat / torch-eager / cuda-graph / compiled, e.g. float32.
+    learner_device: str | None = None
+    learner_update_path: str | None = None
+    learner_dtype: str | None = None
 
 
 def _clean(value: Any) -> Any:

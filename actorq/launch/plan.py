@@ -127,6 +127,7 @@ def _learner(
         "ACTORQ_RANK": str(rank),
         "ACTORQ_DIST_ADDR": dist_addr,
         "ACTORQ_ALGO": settings.algo,
+        "ACTORQ_DEVICE": settings.learner_device,
         "ACTORQ_SETTLE_AT": "none" if settings.settle_at is None else repr(settings.settle_at),
         **_qat_env(settings),
         **({"ACTORQ_PUBLISH_EVERY": "1"} if is_on_policy(settings.algo) else {}),

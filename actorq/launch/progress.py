@@ -111,6 +111,11 @@ class ProgressView:
             f"{summary.policy_versions} versions, {_bytes(summary.bytes_saved_total)} saved by "
             f"{summary.precision} broadcasts"
         )
+        if summary.learner_device is not None:
+            self.console.print(
+                f"learner on {summary.learner_device}, update path "
+                f"{summary.learner_update_path}, {summary.learner_dtype}"
+            )
         self.console.print(
             f"results in {run_dir}/ (summary.json, metrics.jsonl, episodes.csv, plots)"
         )

@@ -34,6 +34,7 @@ from actorq.launch.progress import ProgressView
 from actorq.launch.summary import _solved, _write_outputs
 from actorq.launch.supervisor import Supervisor
 from actorq.launch.zygote import Zygote
+from actorq.learner.update_path import read_learner_info
 from actorq.models import MLPSpec
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis, check_redis
@@ -67,6 +68,16 @@ class _StopFlag:
             signal.signal(sig, handler)
 
 
+def _check_learner_device(settings: RunSettings) -> None:
+    """--learner-device cuda without a usable GPU: exit 2 before anything starts (the
+    learner would refuse it too, but only after Redis and the services were up). `auto`
+    is left to the learner, which decides where it runs."""
+    if settings.learner_device.startswith("cuda"):
+        from actorq.learner.device import CudaInfo, check_available
+
+        check_available(settings.learner_device, CudaInfo.probe())
+
+
 def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     """Run training to the target or budget; returns the process exit code.
 
@@ -79,6 +90,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     config = load_algorithm_config(settings.algo, {**os.environ, **_qat_env(settings)})
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
+    _check_learner_device(settings)
     _note_narrow_sparse(settings)
     print(f"actorq run: {what_ends(settings)}", flush=True)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
@@ -202,6 +214,7 @@ def _run_cluster(
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu["launcher"] = own.ru_utime + own.ru_stime  # monitor polls, progress view, outputs
     records = read_final_records(client, RedisKeys(prefix), run_dir / "checkpoints")
+    learner_info = read_learner_info(client, RedisKeys(prefix))
     if monitor is not None:
         _write_outputs(
             settings,
@@ -214,6 +227,7 @@ def _run_cluster(
             dict(supervisor.restarts),
             records,
             meter.report({k: v for k, v in cpu.items() if v is not None}),
+            learner_info,
         )
         monitor.close()
     if client is not None:

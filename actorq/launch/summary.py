@@ -38,6 +38,7 @@ def _write_outputs(
     restarts: dict[str, int],
     records: FinalRecords,
     energy: dict,
+    learner_info: dict[str, str],
 ) -> None:
     last = monitor.samples[-1] if monitor.samples else None  # as of the stop decision
     checkpoint = run_dir / "checkpoints" / "checkpoint.pt"
@@ -86,6 +87,7 @@ def _write_outputs(
         if last
         else {},
         **sparse_summary(run_dir, monitor),
+        **learner_info,  # learner_device, learner_update_path, learner_dtype
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)

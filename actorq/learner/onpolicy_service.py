@@ -17,6 +17,7 @@ from actorq.algos.factory import policy_spec
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.onpolicy_loop import OnPolicyTrainer
 from actorq.learner.publisher import learner_publisher
+from actorq.learner.update_path import setup_learner
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
@@ -56,10 +57,13 @@ def _status_fn(trainer: OnPolicyTrainer, runtime: ServiceRuntime):
     return status
 
 
-def serve_onpolicy(settings: LearnerSettings, config) -> int:
+def serve_onpolicy(settings: LearnerSettings, config, choice=None) -> int:
+    """`choice`: the resolved actorq.learner.device.DeviceChoice (its reason is logged)."""
     torch.set_num_threads(settings.torch_threads)
     runtime = ServiceRuntime("learner")
     trainer = build_trainer(settings, config, runtime)
+    reason = choice.reason if choice is not None else ""
+    info = setup_learner(trainer.algo, settings.device, settings.update_path, reason)
     tls = TlsConfig.from_settings(settings)
     stop_peers = allowed_peers(settings, "tls_allowed_stop_peers")
     server = GrpcServer(
@@ -74,11 +78,12 @@ def serve_onpolicy(settings: LearnerSettings, config) -> int:
     )
     server.start()
     trainer.restore()
+    info.announce(trainer.client, trainer.keys)
     log.info(
-        "learner up: %s (on-policy) on env %s, hidden %s, precision %s, control port %d, "
-        "metrics %s",
-        settings.algo, settings.env_id, settings.hidden, settings.precision, server.port,
-        metrics_port,
+        "learner up: %s (on-policy) on env %s, hidden %s, precision %s, %s, control port "
+        "%d, metrics %s",
+        settings.algo, settings.env_id, settings.hidden, settings.precision, info.line(),
+        server.port, metrics_port,
     )  # fmt: skip
     trainer.start()
     thread = threading.Thread(

@@ -18,9 +18,11 @@ from actorq.algos.dqn import DQNLearner
 from actorq.algos.factory import is_on_policy, load_algorithm_config, policy_spec
 from actorq.allocator import retain_freed_memory
 from actorq.config import LearnerSettings, load_settings
+from actorq.learner.device import DeviceChoice, resolve_settings_device
 from actorq.learner.distributed import DistConfig, init_group, leave_group
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import learner_publisher
+from actorq.learner.update_path import setup_learner
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
@@ -114,11 +116,18 @@ def _weights_checksum(learner: Learner) -> float:
     return learner.dqn.weights_checksum() if isinstance(learner.dqn, DQNLearner) else 0.0
 
 
-def serve(settings: LearnerSettings, dqn, rlx2: SparseTrainingConfig | None = None) -> int:
+def serve(
+    settings: LearnerSettings,
+    dqn,
+    rlx2: SparseTrainingConfig | None = None,
+    choice: DeviceChoice | None = None,
+) -> int:
     torch.set_num_threads(settings.torch_threads)
     retain_freed_memory()  # no page faults on each update's activation buffers
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime, rlx2)
+    reason = choice.reason if choice is not None else ""
+    info = setup_learner(learner.dqn, settings.device, settings.update_path, reason)
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
@@ -140,12 +149,15 @@ def serve(settings: LearnerSettings, dqn, rlx2: SparseTrainingConfig | None = No
     # Answer (health, status) only once restored: before, a restarted learner reported
     # update 0 while it was still loading its checkpoint and rebuilding replay.
     server.start()
+    primary = learner.dist.is_primary  # one record in Redis for the group
+    info.announce(learner.client if primary else None, learner.keys)
     log.info(
-        "learner up: %s on env %s, hidden %s, precision %s, control port %d, metrics %s",
+        "learner up: %s on env %s, hidden %s, precision %s, %s, control port %d, metrics %s",
         settings.algo,
         settings.env_id,
         settings.hidden,
         settings.precision,
+        info.line(),
         server.port,
         metrics_port,
     )
@@ -179,10 +191,11 @@ def main() -> None:
         if is_on_policy(settings.algo):  # trajectory segments, no replay
             from actorq.learner.onpolicy_service import serve_onpolicy
 
-            return serve_onpolicy(settings, dqn)
+            return serve_onpolicy(settings, dqn, resolve_settings_device(settings, dqn))
         rlx2 = load_settings(SparseTrainingConfig)  # ACTORQ_SPARSITY_* and the rest of RLx2
         rlx2.check_usable(settings.algo, settings.replay, settings.world_size)
-        return serve(settings, dqn, rlx2)
+        # auto -> cpu or cuda (actorq.learner.device); a missing GPU is a ConfigError (exit 2)
+        return serve(settings, dqn, rlx2, resolve_settings_device(settings, dqn))
 
     run_main(_main)
 

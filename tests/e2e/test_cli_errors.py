@@ -32,6 +32,7 @@ def _run(
         (["--env", "Pendulum-v1"], "Discrete"),
         (["--hidden", "64,x"], "--hidden"),
         (["--precision", "int3"], "int3"),
+        (["--learner-device", "gpu"], "--learner-device: expected one of auto, cpu, cuda"),
         (["--actors", "0"], "--actors"),
         (["--max-env-steps", "-5"], "--max-env-steps"),
         (["--algo", "td3", "--env", "Pendulum-v1", "--sparsity", "1.0"], "--sparsity"),
@@ -48,6 +49,20 @@ def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expec
     result = _run(["-m", "actorq", "run", "--run-dir", str(tmp_path / "run"), *flags])
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "logs").exists()  # nothing was started
+
+
+def test_cuda_learner_without_cuda_fails_before_starting(tmp_path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --learner-device cuda is valid here")
+    result = _run(["-m", "actorq", "run", "--learner-device", "cuda:1", "--run-dir",
+                   str(tmp_path / "run")])  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "learner device 'cuda:1'" in result.stderr and "available: cpu" in result.stderr
+    assert "torch.cuda.is_available() is False" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "logs").exists()  # nothing was started
 

@@ -1,0 +1,140 @@
+"""How the learner's updates run (the update path), and how device and path are told.
+
+Paths (actorq.algos.capture.UPDATE_PATHS): `numpy-flat` (DQN's whole update in numpy on
+one core, actorq.algos.dqn_flat), `torch-eager` (torch ops one by one), `cuda-graph` (the
+update captured once as a CUDA graph and replayed), `compiled` (torch.compile). With
+ACTORQ_UPDATE_PATH=auto the learner takes the first of `PREFERENCE` that its algorithm
+offers on its device: the numpy update beats torch's ops on the CPU (BENCHMARKS 12h);
+on a GPU a replayed graph skips the per-op launches and host syncs that make an eager
+update cost ~1.4 ms whatever its size (issue 29), and needs no compile at start-up.
+
+What was chosen is said three ways: the learner's start-up line, the Prometheus gauge
+`actorq_learner_info{device, update_path, dtype} 1`, and a JSON record at
+`<prefix>:learner:info` in Redis that `actorq run` copies into summary.json
+(`learner_device`, `learner_update_path`, `learner_dtype`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from actorq import metrics
+from actorq.algos.capture import apply_update_path, available_update_paths, current_update_path
+from actorq.config import ConfigError
+from actorq.redis_keys import RedisKeys
+
+log = logging.getLogger(__name__)
+
+PREFERENCE = {
+    "cpu": ("numpy-flat", "torch-eager", "compiled"),
+    "cuda": ("cuda-graph", "compiled", "torch-eager"),
+}
+
+
+def choose_update_path(requested: str, available: tuple[str, ...], device: str) -> str:
+    """`requested` when the algorithm offers it (ConfigError naming what it offers
+    otherwise); for `auto` the first of PREFERENCE[device kind] that it offers."""
+    if requested != "auto":
+        if requested not in available:
+            raise ConfigError(
+                f"update_path (ACTORQ_UPDATE_PATH) {requested!r}: not available for this "
+                f"learner on {device}; available: {', '.join(available)}"
+            )
+        return requested
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    for path in PREFERENCE[kind]:
+        if path in available:
+            return path
+    if not available:
+        raise ConfigError(f"the learner offers no update path on {device}")
+    return available[0]
+
+
+def set_update_path(algo: Any, requested: str, device: str) -> str:
+    """Put `algo` on the chosen path; returns the path it then reports running."""
+    path = choose_update_path(requested, tuple(available_update_paths(algo)), device)
+    if path != current_update_path(algo):
+        try:
+            apply_update_path(algo, path)
+        except ValueError as exc:
+            raise ConfigError(f"update_path {path!r}: {exc}") from None
+    return current_update_path(algo)
+
+
+def learner_dtype(algo: Any) -> str:
+    """dtype of the learner's trained weights, e.g. "float32" (first floating tensor of
+    its state_dict; "unknown" when it has none)."""
+    found = _first_float(algo.state_dict())
+    return str(found).removeprefix("torch.") if found is not None else "unknown"
+
+
+def _first_float(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        for item in value.values():
+            found = _first_float(item)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_float(item)
+            if found is not None:
+                return found
+        return None
+    dtype = getattr(value, "dtype", None)
+    is_float = getattr(value, "is_floating_point", None)
+    return dtype if callable(is_float) and is_float() else None
+
+
+@dataclass(frozen=True)
+class LearnerInfo:
+    """Device, update path and dtype the learner trains with, and why that device."""
+
+    device: str
+    update_path: str
+    dtype: str
+    reason: str = ""
+
+    def line(self) -> str:
+        """For the start-up log line."""
+        return f"device {self.device}, update path {self.update_path}, dtype {self.dtype}"
+
+    def announce(self, client: redis.Redis | None, keys: RedisKeys | None) -> None:
+        """Set the info gauge; write the Redis record (rank 0 passes a client)."""
+        metrics.LEARNER_INFO.clear()
+        metrics.LEARNER_INFO.labels(self.device, self.update_path, self.dtype).set(1)
+        if client is None or keys is None:
+            return
+        try:
+            client.set(keys.learner_info, json.dumps(asdict(self)))
+        except redis.RedisError as exc:  # telling is not worth failing the learner
+            log.warning("could not record the learner's device in redis: %s", exc)
+
+
+def setup_learner(algo: Any, device: str, requested_path: str, reason: str = "") -> LearnerInfo:
+    """Choose and apply the update path of `algo` (built on `device`); what it runs."""
+    path = set_update_path(algo, requested_path, device)
+    return LearnerInfo(device, path, learner_dtype(algo), reason)
+
+
+def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, str]:
+    """The learner's record as {learner_device, learner_update_path, learner_dtype};
+    {} when there is none (an older learner) or Redis cannot be read."""
+    if client is None:
+        return {}
+    try:
+        raw = client.get(keys.learner_info)
+        record = json.loads(raw) if raw else {}
+    except (redis.RedisError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    return {
+        f"learner_{k}": str(record[k]) for k in ("device", "update_path", "dtype") if k in record
+    }

@@ -1,0 +1,275 @@
+"""Rates and markdown tables of bench/gpu_report.py: one report file, rewritten after
+every stage so that a check stopped at its limit still leaves what it measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+AUTO_TOLERANCE = 1.10  # issue 29: auto never picks a path slower than the other by > 10%
+SCALING_TARGET = 4.0  # issue 29: GPU learner >= 4x the CPU learner's env steps/s, 14 actors
+
+
+def cpu_label() -> str:
+    path = Path("/proc/cpuinfo")
+    lines = path.read_text().splitlines() if path.exists() else []
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if "model name" in ln), "")
+    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile")
+    return f"{model or platform.processor()} [{' '.join(f for f in wanted if f in flags)}]"
+
+
+def tail(text: str, chars: int = 1500) -> str:
+    return text[-chars:].strip()
+
+
+def steady_rates(run_dir: Path, skip: float) -> dict[str, float]:
+    """Env steps/s and updates/s between `skip` seconds and the last progress row."""
+    with (run_dir / "metrics.jsonl").open() as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in rows if r.get("wall_seconds") is not None]
+    start = next((r for r in rows if r["wall_seconds"] >= skip and r.get("env_steps")), None)
+    end = rows[-1] if rows else None
+    if start is None or end is None or end["wall_seconds"] - start["wall_seconds"] < 2:
+        raise RuntimeError(f"{run_dir}: too few progress rows after {skip:g} s")
+    span = end["wall_seconds"] - start["wall_seconds"]
+    return {
+        "env_steps_per_s": (end["env_steps"] - start["env_steps"]) / span,
+        "updates_per_s": (end["learner_updates"] - start["learner_updates"]) / span,
+        "window_s": span,
+    }
+
+
+def _fmt(value: Any, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+# --- sections ---------------------------------------------------------------------------
+def env_section(data: dict) -> list[str]:
+    return [
+        f"- GPU (nvidia-smi): {data.get('nvidia_smi', '-')}; torch sees: "
+        f"{', '.join(data.get('gpus') or []) or 'no GPU'}",
+        f"- CPU: {data.get('cpu', '-')}, {data.get('cores', '-')} cores",
+        f"- Python {data.get('python')}, torch {data.get('torch')} (CUDA {data.get('cuda')}), "
+        f"commit {data.get('commit')}, {data.get('date')}; mode {data.get('mode')}, "
+        f"plan {data.get('plan')}",
+        f"- PYTHONPATH: `{data.get('pythonpath') or '(unset)'}`",
+    ]
+
+
+def cases_section(data: dict) -> list[str]:
+    rows = data.get("rows") or []
+    timed = [r for r in rows if "device" in r]
+    out = ["| case | device | update path | ms/update | updates/s | updates timed |",
+           "|---|---|---|---:|---:|---:|"]  # fmt: skip
+    for r in timed:
+        if "error" in r:
+            out.append(f"| {_case(r)} | {r['device']} | {r['path']} | {r['error']} | | |")
+            continue
+        out.append(f"| {_case(r)} | {r['device']} | {r['path']} | {r['ms']:.3f} | "
+                   f"{1e3 / r['ms']:,.0f} | {r.get('updates', '-')} |")  # fmt: skip
+    out += [
+        "",
+        "`auto` against the fastest measured path of each device (target: the device it "
+        f"picks is at most {AUTO_TOLERANCE - 1:.0%} slower than the other):",
+        "",
+        "| case | MFLOP | auto picks | best cpu ms | best cuda ms | picked / best | verdict "
+        "| updates/s target (best cuda) |",
+        "|---|---:|---|---:|---:|---:|---|---|",
+    ]
+    for choice in (r for r in rows if "auto" in r):
+        out.append(_auto_row(choice, [r for r in timed if _case(r) == _case(choice)]))
+    return out
+
+
+def _case(r: dict) -> str:
+    return f"{r['algo']} {'x'.join(map(str, r['hidden']))} b{r['batch']}"
+
+
+def _best(timed: list[dict], device: str) -> float | None:
+    ms = [r["ms"] for r in timed if r["device"] == device and "ms" in r]
+    return min(ms) if ms else None
+
+
+def _auto_row(choice: dict, timed: list[dict]) -> str:
+    cpu, cuda = _best(timed, "cpu"), _best(timed, "cuda")
+    picked = cpu if choice["auto"] == "cpu" else cuda
+    if cpu is None or cuda is None or picked is None:
+        ratio, verdict = "-", "not measured (one device only)"
+    else:
+        best = min(cpu, cuda)
+        ratio = f"{picked / best:.2f}"
+        verdict = "ok" if picked <= AUTO_TOLERANCE * best else "MISSED"
+    target = choice.get("target")
+    if target is None:
+        goal = "-"
+    elif cuda is None:
+        goal = f">= {target:,}: not measured"
+    else:
+        goal = f">= {target:,}: {1e3 / cuda:,.0f} {'met' if 1e3 / cuda >= target else 'NOT met'}"
+    return (f"| {_case(choice)} | {choice['mflop']:,.1f} | {choice['auto']} | {_fmt(cpu, '.3f')} "
+            f"| {_fmt(cuda, '.3f')} | {ratio} | {verdict} | {goal} |")  # fmt: skip
+
+
+def scaling_section(data: dict) -> list[str]:
+    rows = data.get("rows") or []
+    out = [
+        "| actors | samples/insert | --learner-device | learner ran on (path) | env steps/s "
+        "| updates/s | env steps/s vs 1 actor |",
+        "|---:|---:|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['actors']} | {r['spi']:g} | {r['asked']} | {r['error']} | | | |")
+            continue
+        one = next((b for b in rows if b.get("actors") == 1 and b.get("spi") == r["spi"]
+                    and b.get("asked") == "auto" and "error" not in b), None)  # fmt: skip
+        vs = f"{r['env_steps_per_s'] / one['env_steps_per_s']:.2f}x" if one else "-"
+        out.append(f"| {r['actors']} | {r['spi']:g} | {r['asked']} | {r.get('learner_device')} "
+                   f"({r.get('learner_update_path')}) | {r['env_steps_per_s']:,.0f} | "
+                   f"{r['updates_per_s']:,.0f} | {vs} |")  # fmt: skip
+    return [*out, "", _scaling_target(rows)]
+
+
+def _scaling_target(rows: list[dict]) -> str:
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return "GPU vs CPU learner at the most actors: not measured."
+    most = max(r["actors"] for r in ok)
+    spi = rows[0]["spi"]
+    gpu = next((r for r in ok if r["actors"] == most and r["asked"] != "auto"), None)
+    cpu = next((r for r in ok if r["actors"] == most and r["spi"] == spi and r["asked"] == "auto"
+                and r.get("learner_device") == "cpu"), None)  # fmt: skip
+    if gpu is None or cpu is None or gpu.get("learner_device", "cpu") == "cpu":
+        return (f"GPU vs CPU learner, {most} actors at {spi:g} samples/insert: not measured "
+                "(no GPU learner in this check).")  # fmt: skip
+    ratio = gpu["env_steps_per_s"] / cpu["env_steps_per_s"]
+    verdict = "met" if ratio >= SCALING_TARGET else "NOT met"
+    return (f"GPU vs CPU learner, {most} actors at {spi:g} samples/insert: {ratio:.2f}x env "
+            f"steps/s (target >= {SCALING_TARGET:g}x: {verdict}).")  # fmt: skip
+
+
+def e2e_section(data: dict) -> list[str]:
+    rows = data.get("rows") or []
+    out = [
+        "| learner (threads) | ran on (path) | precision | env steps/s | updates/s | broadcast "
+        "MiB | vs CPU-learner fp32 | int8 / fp32, same learner |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    ok = [r for r in rows if "error" not in r]
+    base = next((r for r in ok if r["asked"] == "cpu" and r["precision"] == "fp32"), None)
+    for r in rows:
+        head = f"| {r['asked']} ({r['threads']}) "
+        if "error" in r:
+            out.append(f"{head}| {r['error']} | {r['precision']} | | | | | |")
+            continue
+        fp32 = next((b for b in ok if b["asked"] == r["asked"] and b["threads"] == r["threads"]
+                     and b["precision"] == "fp32"), None)  # fmt: skip
+        mib = (r.get("broadcast_bytes_total") or 0) / 2**20
+        out.append(
+            f"{head}| {r.get('learner_device')} ({r.get('learner_update_path')}) | "
+            f"{r['precision']} | {r['env_steps_per_s']:,.0f} | {r['updates_per_s']:,.1f} | "
+            f"{mib:,.1f} | {_ratio(r, base)} | {_ratio(r, fp32)} |"
+        )
+    return out
+
+
+def _ratio(row: dict, base: dict | None) -> str:
+    if base is None or not base["env_steps_per_s"]:
+        return "-"
+    return f"{row['env_steps_per_s'] / base['env_steps_per_s']:.2f}x"
+
+
+def learner_section(stage: Any) -> list[str]:
+    out = [f"_{stage.note}_", ""] if stage.note else []
+    for device, result in stage.data.items():
+        out += [f"`bench_learner.py` on {device} (exit {result['code']}):", ""]
+        out += [*render_bench_output(result["out"]), ""]
+    return out
+
+
+def render_bench_output(text: str) -> list[str]:
+    """bench_learner's --json output as a table when it parses (a JSON document, or one
+    object per line), its own markdown table lines otherwise, else its tail verbatim."""
+    records = _json_records(text)
+    if records:
+        keys = list(dict.fromkeys(k for r in records for k in r))
+        lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        for r in records:
+            lines.append("| " + " | ".join(_cell(r.get(k)) for k in keys) + " |")
+        return lines
+    # its own markdown table, its "# ..." notes as list items (not headings) above it
+    notes = [f"- {ln.lstrip('# ')}" for ln in text.splitlines() if ln.startswith("#")]
+    table = [ln for ln in text.splitlines() if ln.startswith("|")]
+    if table:
+        return [*notes, "", *table]
+    return ["```", tail(text), "```"]
+
+
+def _json_records(text: str) -> list[dict]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+        lines = []
+        for ln in text.splitlines():
+            try:
+                lines.append(json.loads(ln))
+            except ValueError:
+                continue
+        if lines:
+            doc = lines
+    if isinstance(doc, dict):
+        doc = next((v for v in doc.values() if isinstance(v, list)), [doc])
+    if isinstance(doc, list):
+        return [r for r in doc if isinstance(r, dict)]
+    return []
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value).replace("|", "/")
+
+
+def pytest_section(data: dict) -> list[str]:
+    if not data:
+        return []
+    return [f"`{data['command']}` (exit {data['code']}):", "", "```", data["out"], "```"]
+
+
+SECTIONS = {
+    "env": ("Machine", lambda s: env_section(s.data)),
+    "cases": ("1. Learner updates: issue 29's four cases", lambda s: cases_section(s.data)),
+    "scaling": ("2. Actor scaling: CartPole 64x64 int8", lambda s: scaling_section(s.data)),
+    "e2e": ("3. End to end: DQN 1024^3, 0.125 samples/insert", lambda s: e2e_section(s.data)),
+    "learner": ("4. bench_learner.py, cpu and cuda", learner_section),
+    "pytest": ("5. The gpu-marked tests", lambda s: pytest_section(s.data)),
+}
+
+
+def write_report(path: Path, stages: list, args: Any) -> None:
+    lines = ["# actorq GPU check", "",
+             "Each figure below was measured by this check on the machine named under "
+             "Machine; figures from other machines are not comparable.", "",
+             "| stage | status | seconds | limit | note |", "|---|---|---:|---:|---|"]  # fmt: skip
+    for s in stages:
+        note = s.note.splitlines()[-1][:120] if s.note else ""
+        lines.append(f"| {s.name} | {s.status} | {s.seconds:.0f} | {s.timeout:.0f} | {note} |")
+    for s in stages:
+        title, render = SECTIONS[s.name]
+        lines += ["", f"## {title}", ""]
+        lines += render(s) if s.status != "skipped" or s.data else [f"Skipped: {s.note}"]
+        if s.status in ("failed", "timeout") and s.note and s.name == "cases":
+            lines += ["", "```", s.note, "```"]
+    lines += ["", f"Run folders: `{args.workdir}`; full results beside this file as JSON.", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+    raw = {s.name: {"status": s.status, "seconds": s.seconds, "note": s.note, "data": s.data}
+           for s in stages}  # fmt: skip
+    path.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))

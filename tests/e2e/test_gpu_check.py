@@ -1,0 +1,77 @@
+"""`make gpu-check`'s plumbing on a machine without a GPU: bench/gpu_check.sh installs the
+wheels of a local folder with no index into its target dir, puts it first on PYTHONPATH,
+runs every stage of bench/gpu_report.py (--cpu-only --tiny: cuda arms on the CPU, tiny
+runs) and leaves one markdown report with every table filled, plus its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _probe_wheel(folder: Path) -> Path:
+    """A pure-Python wheel standing in for the cp312 wheels (any Python installs it)."""
+    folder.mkdir()
+    path = folder / "actorq_gpu_probe-1.0-py3-none-any.whl"
+    dist = "actorq_gpu_probe-1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr("actorq_gpu_probe.py", "FOUND = True\n")
+        whl.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: actorq-gpu-probe\n"
+                     "Version: 1.0\n")  # fmt: skip
+        whl.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                     "Root-Is-Purelib: true\nTag: py3-none-any\n")  # fmt: skip
+        whl.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
+    _probe_wheel(tmp_path / "wheels")
+    report = tmp_path / "out" / "gpu-report.md"
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_WHEELS": str(tmp_path / "wheels"),
+           "GPU_SITE": str(tmp_path / "site"), "GPU_REPORT": str(report)}  # fmt: skip
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        ["bench/gpu_check.sh", "--cpu-only", "--tiny", "--workdir", str(tmp_path / "runs")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=580, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert (tmp_path / "site" / "actorq_gpu_probe.py").exists()  # installed from the folder
+    text = report.read_text()
+    stages = json.loads(report.with_suffix(".json").read_text())
+    assert {name: s["status"] for name, s in stages.items()} == dict.fromkeys(
+        ("env", "cases", "scaling", "e2e", "learner", "pytest"), "ok"
+    )
+    assert f"- PYTHONPATH: `{tmp_path / 'site'}:{ROOT}" in text  # wheels first, then checkout
+    for title in (
+        "## Machine",
+        "## 1. Learner updates",
+        "## 2. Actor scaling",
+        "## 3. End to end",
+        "## 4. bench_learner.py",
+        "## 5. The gpu-marked tests",
+    ):
+        assert title in text  # fmt: skip
+    # every table filled with measured rows
+    cases = stages["cases"]["data"]["rows"]
+    assert any(r.get("path") == "numpy-flat" and r["ms"] > 0 for r in cases)
+    assert all(r["auto"] == "cpu" for r in cases if "auto" in r)  # no GPU: auto is cpu
+    for name in ("scaling", "e2e"):
+        rows = stages[name]["data"]["rows"]
+        assert rows and all(r["env_steps_per_s"] > 0 and r["updates_per_s"] > 0 for r in rows)
+        assert all(r["learner_device"] == "cpu" for r in rows)
+    assert "| 1 | 16 | auto | cpu (numpy-flat) |" in text
+    assert "not measured (no GPU learner in this check)" in text  # never an estimate
+    assert "| fast / torch |" in text or "| device |" in text  # bench_learner's own table
+    assert "skipped" in stages["pytest"]["data"]["out"]  # gpu tests skip, saying why
+    assert "gpu check: exit 0" in result.stdout
