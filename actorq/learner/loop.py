@@ -11,19 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import redis
 
 from actorq import metrics
-from actorq.algos.capture import CapturedUpdate, captured_runner
+from actorq.algos.capture import captured_runner
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.behaviour import BehaviourMonitor, nstep_correction
+from actorq.learner.captured import LaggedSubmit
 from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
+from actorq.learner.counters import LearnerCounters
 from actorq.learner.distributed import (
     DistConfig,
     GradientAverager,
@@ -51,20 +51,6 @@ log = logging.getLogger(__name__)
 # make_sampler and scale_learning_rates moved to actorq.learner.sampling and .settling;
 # still importable from here.
 __all__ = ["Learner", "LearnerCounters", "make_sampler", "scale_learning_rates"]
-
-
-@dataclass
-class LearnerCounters:
-    updates: int = 0
-    sampled: int = 0
-    wait_seconds: float = 0.0
-    started: float = field(default_factory=time.perf_counter)
-    last_loss: float = float("nan")
-    checkpoints: int = 0
-    sample_seconds: float = 0.0  # time spent choosing and copying replay rows
-    # Transitions counted by the rate limiter beyond those sampled: settled updates count
-    # base/settled batches each (actorq.learner.settle), so actors may insert more per update.
-    credited: int = 0
 
 
 class Learner(SettleSteps):
@@ -169,7 +155,7 @@ class Learner(SettleSteps):
         if self.settle is not None and publisher is not None and settings.settle_rollback:
             publisher.keep_weights_bytes = ROLLBACK_KEEP_BYTES
         self.settled_at: int | None = None  # the update at which the run settled
-        self._pending_sample: Any = None  # a captured path's last sample, priorities due
+        self._submit_captured = LaggedSubmit()  # a captured path: priorities one update late
         self.gate = self._publish_gate()
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
         metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
@@ -315,7 +301,9 @@ class Learner(SettleSteps):
         self.behaviour.maybe_measure(batch, newest)  # before the update: the actors' gap
         runner = captured_runner(self.dqn)
         if runner is not None and self.rlx2 is None:
-            self._submit_captured(runner, sample, batch, weights)
+            reported = self._submit_captured(runner, self.sampler, sample, batch, weights)
+            if reported is not None:
+                self._report_loss(*reported)
         else:
             result = self.dqn.update(batch, weights)
             if self.rlx2 is not None:
@@ -336,22 +324,6 @@ class Learner(SettleSteps):
         self.counters.last_loss = loss
         metrics.LEARNER_LOSS.set(loss)
         metrics.LEARNER_Q_MEAN.set(q_mean)
-
-    def _submit_captured(
-        self, runner: CapturedUpdate, sample: Any, batch: Any, weights: Any
-    ) -> None:
-        """A captured update path (actorq.algos.capture) without a host sync per update:
-        the update is queued, priorities land one update late (the sample's generations
-        keep them off rows overwritten meanwhile), losses are read back every
-        `runner.slots` updates in one transfer."""
-        runner.submit([batch], [weights])
-        td, previous = runner.lagged_td(), self._pending_sample
-        self._pending_sample = sample
-        if td is not None and previous is not None:
-            self.sampler.update_priorities(previous.indices, td, previous.generations)
-        if runner.pending >= runner.slots:
-            last = runner.drain()[-1]
-            self._report_loss(last.loss, last.q_mean)
 
     def _periodic(self) -> None:
         if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group
@@ -450,8 +422,11 @@ class Learner(SettleSteps):
 
     def wait_fraction(self) -> float:
         """Share of wall time the learner waited for replay data (rate limiter or empty)."""
+        return self._share_of_wall(self.counters.wait_seconds)
+
+    def _share_of_wall(self, seconds: float) -> float:
         elapsed = time.perf_counter() - self.counters.started
-        return self.counters.wait_seconds / elapsed if elapsed > 0 else 0.0
+        return seconds / elapsed if elapsed > 0 else 0.0
 
     def behaviour_status(self) -> dict[str, float]:
         """The gap and n-step weights as GetStatus counters (behaviour_*)."""
@@ -460,5 +435,4 @@ class Learner(SettleSteps):
 
     def sample_fraction(self) -> float:
         """Share of wall time spent sampling rows and copying them out of the mirror."""
-        elapsed = time.perf_counter() - self.counters.started
-        return self.counters.sample_seconds / elapsed if elapsed > 0 else 0.0
+        return self._share_of_wall(self.counters.sample_seconds)

@@ -53,7 +53,7 @@ class SettleSteps:
     dqn: Any  # the algorithm
     sampler: Sampler
     publisher: WeightsPublisher | None
-    counters: Any  # actorq.learner.loop.LearnerCounters
+    counters: Any  # actorq.learner.counters.LearnerCounters
     settle: SolvedWatch | None
     settled_at: int | None
     _credit: int

@@ -1,0 +1,33 @@
+"""The learner loop's side of a captured update path (actorq.algos.capture): updates are
+queued without a host sync each, so prioritized replay gets its priorities one update
+late and losses come back in batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actorq.algos.capture import CapturedUpdate
+
+
+class LaggedSubmit:
+    """Queues one update per call; holds the sample whose priorities are still due."""
+
+    def __init__(self) -> None:
+        self.pending_sample: Any = None
+
+    def __call__(
+        self, runner: CapturedUpdate, sampler: Any, sample: Any, batch: Any, weights: Any
+    ) -> tuple[float, float] | None:
+        """Submit the update; apply the previous update's |TD errors| as priorities (the
+        sample's generations keep them off rows overwritten meanwhile); every
+        `runner.slots` updates, read the losses back in one transfer and return the last
+        (loss, q_mean)."""
+        runner.submit([batch], [weights])
+        td, previous = runner.lagged_td(), self.pending_sample
+        self.pending_sample = sample
+        if td is not None and previous is not None:
+            sampler.update_priorities(previous.indices, td, previous.generations)
+        if runner.pending < runner.slots:
+            return None
+        last = runner.drain()[-1]
+        return last.loss, last.q_mean

@@ -1,0 +1,21 @@
+"""What the off-policy learner loop counts: updates, rows sampled, time waited and
+sampling, the rate limiter's credit for settled updates."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LearnerCounters:
+    updates: int = 0
+    sampled: int = 0
+    wait_seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    last_loss: float = float("nan")
+    checkpoints: int = 0
+    sample_seconds: float = 0.0  # time spent choosing and copying replay rows
+    # Transitions counted by the rate limiter beyond those sampled: settled updates count
+    # base/settled batches each (actorq.learner.settle), so actors may insert more per update.
+    credited: int = 0
