@@ -109,9 +109,10 @@ def time_updates(learner, data: list[dict], device: str, seconds: float) -> tupl
 
 
 def measure(case: tuple, device: str, seconds: float, with_compiled: bool) -> list[dict]:
-    from actorq.learner.update_path import _update_path_api
+    from actorq.algos.capture import apply_update_path as apply
+    from actorq.algos.capture import available_update_paths as available
+    from actorq.algos.capture import current_update_path as current
 
-    available, apply, current = _update_path_api()
     paths = [p for p in available(_build(case, device)) if with_compiled or p != "compiled"]
     data = batches(case[0], case[1], case[2], case[4])
     rows = []

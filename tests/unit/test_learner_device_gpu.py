@@ -9,8 +9,11 @@ import pytest
 import torch
 
 from actorq.algos import load_algorithm_config, make_algorithm
+from actorq.algos.capture import apply_update_path as apply
+from actorq.algos.capture import available_update_paths as available
+from actorq.algos.capture import current_update_path as current
 from actorq.learner.device import CudaInfo, resolve_device
-from actorq.learner.update_path import _update_path_api, setup_learner
+from actorq.learner.update_path import setup_learner
 from actorq.models import MLPSpec
 
 pytestmark = pytest.mark.gpu
@@ -57,7 +60,6 @@ def test_learner_trains_on_cuda_and_says_so(algo: str) -> None:
 
 @pytest.mark.parametrize("algo", ["dqn", "td3", "sac"])
 def test_captured_path_matches_eager_after_50_updates(algo: str) -> None:
-    available, apply, current = _update_path_api()
     obs, out = (4, 2) if algo == "dqn" else (17, 6)
     eager = make_algorithm(algo, obs, out, (64, 64), device="cuda", seed=3)
     captured = make_algorithm(algo, obs, out, (64, 64), device="cuda", seed=3)
