@@ -67,7 +67,7 @@ def _fmt(value, digits: int = 1) -> str:
 
 
 def table(results: list[dict]) -> str:
-    head = ("| link | kind | seed | versions/s | broadcast KB/s | lag median | lag p95 "
+    head = ("| link | kind | seed | versions/s | broadcast KB/s | lag mean | median | p95 "
             "| superseded median s | p95 s | first use median s | p95 s | versions used "
             "| env steps/s | updates/s "
             "| return @E |")  # fmt: skip
@@ -80,7 +80,8 @@ def table(results: list[dict]) -> str:
         ret = _return_at(r["episodes"], equal[r["env"]])
         lines.append(
             f"| {r['link']} | {r['kind']} | {r['seed']} | {r['versions_per_s']:.2f} "
-            f"| {r['broadcast_bytes_per_s'] / 1e3:.0f} | {_fmt(r['lag_median'], 0)} "
+            f"| {r['broadcast_bytes_per_s'] / 1e3:.0f} | {_fmt(r.get('lag_mean'), 2)} "
+            f"| {_fmt(r['lag_median'], 0)} "
             f"| {_fmt(r['lag_p95'], 0)} | {_fmt(r['superseded_median_s'], 2)} "
             f"| {_fmt(r['superseded_p95_s'], 2)} | {_fmt(r['first_use_median_s'], 2)} "
             f"| {_fmt(r['first_use_p95_s'], 2)} | {r['versions_used_share']:.2f} "
@@ -106,7 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=40.0, help="measured window per arm")
     p.add_argument("--publish-every", type=int, default=15, help="learner updates per version")
     p.add_argument("--out", default="", help="append each arm's JSON line to this file")
+    p.add_argument("--table-from", default="", help="only print the table of a --out file")
     args = p.parse_args(argv)
+    if args.table_from:
+        lines = Path(args.table_from).read_text().splitlines()
+        print(table([json.loads(line) for line in lines if line.strip()]))
+        return 0
     kinds = args.kinds.split(",")
     bad = [k for k in kinds if k not in KINDS]
     if bad:

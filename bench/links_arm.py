@@ -246,6 +246,7 @@ def summarise(spec, rec: Recorder, start, end, sent_bytes, updates, episodes) ->
         "broadcast_bytes_per_s": round(sent_bytes / seconds, 1),
         "lag_median": _weighted_quantile(lags, rows, 0.5),
         "lag_p95": _weighted_quantile(lags, rows, 0.95),
+        "lag_mean": _round(float(np.average(lags, weights=rows))) if len(lags) else None,
         "superseded_median_s": _round(_weighted_quantile(stale, rows, 0.5)),
         "superseded_p95_s": _round(_weighted_quantile(stale, rows, 0.95)),
         "first_use_median_s": round(float(np.median(delays)), 3) if delays else None,
