@@ -36,7 +36,8 @@ from bench.links_arm import KINDS  # noqa: E402
 SPARSE_ARM = {"algo": "td3", "env": "Pendulum-v1"}  # RLx2 sparsity needs an actor-critic
 
 
-def run_one(kind: str, seed: int, rate: float | None, args) -> dict:
+def run_one(kind: str, seed: int, rate: float | None, args, tree: Path = ROOT) -> dict:
+    """One arm; `tree` is the checkout whose links_arm.py and services run (a baseline)."""
     shape = LinkShape(rate_mbit=rate)
     with NetnsLab() as lab:
         links = [lab.add_spoke(f"a{i}", shape) for i in range(args.actors)]
@@ -53,13 +54,30 @@ def run_one(kind: str, seed: int, rate: float | None, args) -> dict:
             ],
             **(SPARSE_ARM if kind == "sparse-int8" else {}),
         }
-        argv = [*exec_prefix(lab.hub), sys.executable, str(ROOT / "bench" / "links_arm.py"),
+        argv = [*exec_prefix(lab.hub), sys.executable, str(tree / "bench" / "links_arm.py"),
                 json.dumps(spec)]  # fmt: skip
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.seconds + 400)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=args.seconds + 400, cwd=tree
+        )
     for line in proc.stdout.splitlines():
         if line.startswith("ARM-RESULT "):
-            return json.loads(line[len("ARM-RESULT ") :])
+            result = json.loads(line[len("ARM-RESULT ") :])
+            if tree != ROOT:
+                result["kind"] += f" ({tree.name})"
+            return result
     raise RuntimeError(f"arm {kind} seed {seed} {shape.label} failed:\n{proc.stderr[-3000:]}")
+
+
+def _arm(kind: str, seed: int, rate: float, args, tree: Path) -> dict:
+    started = time.monotonic()
+    r = run_one(kind, seed, rate or None, args, tree)
+    took = time.monotonic() - started
+    print(f"{r['link']} {r['kind']} seed {seed}: lag median {r['lag_median']} "
+          f"p95 {r['lag_p95']} ({took:.0f}s)", file=sys.stderr, flush=True)  # fmt: skip
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps(r) + "\n")
+    return r
 
 
 def _fmt(value, digits: int = 1) -> str:
@@ -107,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=40.0, help="measured window per arm")
     p.add_argument("--publish-every", type=int, default=15, help="learner updates per version")
     p.add_argument("--out", default="", help="append each arm's JSON line to this file")
+    p.add_argument("--baseline-tree", default="", help="another checkout to run arms from too")
+    p.add_argument("--baseline-kinds", default="", help="kinds run from --baseline-tree")
     p.add_argument("--table-from", default="", help="only print the table of a --out file")
     args = p.parse_args(argv)
     if args.table_from:
@@ -130,16 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         for rate in [float(x) for x in args.links.split(",")]:
-            for kind in kinds:
-                started = time.monotonic()
-                r = run_one(kind, seed, rate or None, args)
-                took = time.monotonic() - started
-                print(f"{r['link']} {kind} seed {seed}: lag median {r['lag_median']} "
-                      f"p95 {r['lag_p95']} ({took:.0f}s)", file=sys.stderr, flush=True)  # fmt: skip
-                results.append(r)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(r) + "\n")
+            arms = [(kind, ROOT) for kind in kinds]
+            if args.baseline_tree:
+                base = Path(args.baseline_tree).resolve()
+                arms += [(kind, base) for kind in args.baseline_kinds.split(",") if kind]
+            for kind, tree in arms:
+                results.append(_arm(kind, seed, rate, args, tree))
     print(table(results))
     return 0
 
