@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-wheels
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-wheels bench-links
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -153,3 +153,6 @@ redis-acl: $(STAMP)  ## Redis ACL file + per-service passwords in certs/redis; A
 
 clean:
 	rm -rf $(VENV) .deploy-tools .pytest_cache .ruff_cache .mypy_cache
+
+bench-links: $(STAMP)  ## actors in other network namespaces over tbf-shaped links: lag, bytes/s by broadcast kind (BENCHMARKS.md 19; root; ARGS=--links 1000,100,20 --kinds fp32,int8-delta --seeds 0,1,2)
+	$(PY) bench/bench_links.py $(ARGS)

@@ -116,6 +116,7 @@ class QuantizerSettings(CommonSettings):
 
     grpc_port: int = 50051
     keep_versions: int = 5  # policy versions kept in Redis; older ones are deleted
+    deltas: bool = True  # store each version's delta from the previous one when smaller
     chunk_bytes: int = 1 << 20  # size of blob chunks sent to actors (well under 4 MiB)
     max_publish_bytes: int = 1 << 30  # refuse weight streams declaring more than this
     tls_allowed_publishers: str = ""  # mTLS: cert names allowed to PublishWeights

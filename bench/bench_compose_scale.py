@@ -1,4 +1,6 @@
-"""Containers at scale: `docker compose up --scale actor=N` for N in 1, 2, 4, 8, 16, 32.
+"""Containers at scale: `docker compose up --scale actor=N` for N in 1, 2, 4, 8, 16, 32,
+and (`--arms compose,processes`) `actorq run --actors N` with the same settings, the two
+interleaved at each N (containers vs processes, issue 31).
 
 For each N, on the local-image stack (docker-compose.yml + deploy/compose.local.yml, after
 `make image`): time from `up -d` to every actorq container healthy, then, after a warm-up,
@@ -8,15 +10,24 @@ max). Then `down -v`. Counters come from the Prometheus container's HTTP API (tw
 queries, window apart). Prints one markdown table (BENCHMARKS.md "Containers at scale").
 
     make bench-compose                 # ARGS="--actors 1,2,4 --window 30" to change
+    make bench-compose ARGS="--actors 8,16,32 --arms compose,processes"
+
+The processes arm runs `actorq run` with the compose defaults (CartPole-v1, 64x64, int8,
+8 envs per actor, samples per insert 16, learner torch threads 2, no settling, no target)
+and reads the launcher's metrics.jsonl (env steps of the actors, learner updates) at the
+same warm-up and window; memory is the resident set of each service's pid.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +92,86 @@ def measure(docker: str, actors: int, warmup: float, window: float) -> dict[str,
     }
 
 
+PROCESS_FLAGS = [  # the compose defaults (docker-compose.yml), as `actorq run` flags
+    "--env", "CartPole-v1", "--hidden", "64,64", "--precision", "int8",
+    "--envs-per-actor", "8", "--samples-per-insert", "16", "--settle-at", "none",
+    "--target-return", "none", "--max-env-steps", str(10**12),
+]  # fmt: skip
+
+
+def measure_processes(actors: int, warmup: float, window: float) -> dict[str, float]:
+    """`actorq run --actors N`: env steps/s and updates/s over the window, from the
+    launcher's metrics.jsonl; stopped with SIGINT (its normal, ordered shutdown)."""
+    with tempfile.TemporaryDirectory() as work:
+        run_dir = Path(work) / "run"
+        argv = [sys.executable, "-m", "actorq", "run", "--actors", str(actors), *PROCESS_FLAGS,
+                "--run-dir", str(run_dir)]  # fmt: skip
+        env = {**os.environ, "ACTORQ_TORCH_THREADS": "2"}  # compose's learner threads
+        started = time.monotonic()
+        log_path = Path(work) / "actorq-run.log"  # a file: a full pipe would block the run
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=log)
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        try:
+            wait_for(lambda: _last_row(run_dir, proc) is not None, 900, "all healthy", every=1)
+            healthy_s = time.monotonic() - started  # the first row follows all healthy
+            wait_for(lambda: _last_row(run_dir, proc)["learner_updates"] > 0, 600, "updates")
+            time.sleep(warmup)
+            first = _last_row(run_dir, proc)
+            time.sleep(window)
+            last = _last_row(run_dir, proc)
+            memory = _process_memory(run_dir)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(180)
+    elapsed = last["wall_seconds"] - first["wall_seconds"]
+    actor_mem = [m for name, m in memory.items() if name.startswith("actor-")]
+    return {
+        "actors": actors,
+        "healthy_s": healthy_s,
+        "env_steps": (last["env_steps"] - first["env_steps"]) / elapsed,
+        "updates": (last["learner_updates"] - first["learner_updates"]) / elapsed,
+        "broadcast_bytes": (last["broadcast_bytes_total"] - first["broadcast_bytes_total"])
+        / elapsed,
+        "actor_mib_median": statistics.median(actor_mem) if actor_mem else 0.0,
+        "actor_mib_max": max(actor_mem, default=0.0),
+        "learner_mib": memory.get("learner", 0.0),
+        "quantizer_mib": memory.get("quantizer", 0.0),
+        "total_mib": sum(memory.values()),
+    }
+
+
+def _last_row(run_dir: Path, proc: subprocess.Popen) -> dict | None:
+    if proc.poll() is not None:
+        tail = proc.log_path.read_text()[-3000:]  # type: ignore[attr-defined]
+        raise RuntimeError(f"actorq run exited with {proc.returncode}:\n{tail}")
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:  # a row being written
+            continue
+    return None
+
+
+def _process_memory(run_dir: Path) -> dict[str, float]:
+    """Service name -> resident MiB of its pid (services.json), as docker stats would."""
+    services = json.loads((run_dir / "services.json").read_text())
+    out = {}
+    for name, info in services.items():
+        try:
+            status = Path(f"/proc/{info['pid']}/status").read_text()
+        except (OSError, TypeError):
+            continue
+        rss = re.search(r"VmRSS:\s+(\d+) kB", status)
+        if rss:
+            out[name] = int(rss.group(1)) / 1024
+    return out
+
+
 def cpu_model() -> str:
     """The CPU model and its widest vector extension (figures never cross CPUs)."""
     info = Path("/proc/cpuinfo").read_text()
@@ -99,24 +190,37 @@ def main() -> int:
     parser.add_argument("--actors", default="1,2,4,8,16,32", help="comma-separated sizes")
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds after first update")
     parser.add_argument("--window", type=float, default=40.0, help="measurement seconds")
+    parser.add_argument("--arms", default="compose", help="compose, processes or both")
     args = parser.parse_args()
     sizes = [int(n) for n in args.actors.split(",")]
+    arms = args.arms.split(",")
+    if not arms or not set(arms) <= {"compose", "processes"}:
+        parser.error(f"--arms: expected compose and/or processes, got {args.arms!r}")
     docker = shutil.which("docker")
-    if docker is None:
+    if docker is None and "compose" in arms:
         print("docker CLI not found: run `make image` first (it installs the engine)")
         return 2
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; docker {docker}")
-    print("| actors | up -> all healthy (s) | env steps/s | learner updates/s | broadcast "
+    print("| arm | actors | up -> all healthy (s) | env steps/s | learner updates/s | broadcast "
           "KiB/s | actor MiB median / max | learner MiB | quantizer MiB | all containers "
           "MiB |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n in sizes:
-        r = measure(docker, n, args.warmup, args.window)
-        print(f"| {n} | {r['healthy_s']:.0f} | {r['env_steps']:,.0f} | {r['updates']:.1f} | "
-              f"{r['broadcast_bytes'] / 1024:.1f} | {r['actor_mib_median']:.0f} / "
-              f"{r['actor_mib_max']:.0f} | {r['learner_mib']:.0f} | {r['quantizer_mib']:.0f} | "
-              f"{r['total_mib']:,.0f} |", flush=True)  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for i, n in enumerate(sizes):
+        order = arms if i % 2 == 0 else arms[::-1]  # interleaved: alternate which goes first
+        for arm in order:
+            _row(arm, docker, n, args)
     return 0
+
+
+def _row(arm: str, docker: str | None, n: int, args: argparse.Namespace) -> None:
+    if arm == "compose":
+        r = measure(docker, n, args.warmup, args.window)
+    else:
+        r = measure_processes(n, args.warmup, args.window)
+    print(f"| {arm} | {n} | {r['healthy_s']:.0f} | {r['env_steps']:,.0f} | {r['updates']:.1f} "
+          f"| {r['broadcast_bytes'] / 1024:.1f} | {r['actor_mib_median']:.0f} / "
+          f"{r['actor_mib_max']:.0f} | {r['learner_mib']:.0f} | {r['quantizer_mib']:.0f} | "
+          f"{r['total_mib']:,.0f} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

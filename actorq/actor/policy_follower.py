@@ -55,6 +55,44 @@ class LoadedPolicy:
     """How it came: "full", "sparse" (a full blob with sparse layers) or "delta"."""
 
 
+class _Newest:
+    """The newest announcement read from a WatchPolicy stream, kept by a reader thread;
+    older unread ones are dropped. The stream's end, or its error, is handed over too."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._announcement: ps_pb2.PolicyAnnouncement | None = None
+        self._error: grpc.RpcError | None = None
+        self.ended = False
+
+    def read(self, call: grpc.Future) -> None:
+        try:
+            for announcement in call:
+                with self._cond:
+                    held = self._announcement
+                    if held is None or announcement.version > held.version:
+                        self._announcement = announcement
+                    self._cond.notify()
+        except grpc.RpcError as exc:
+            with self._cond:
+                self._error = exc
+        finally:
+            with self._cond:
+                self.ended = True
+                self._cond.notify()
+
+    def take(self, timeout: float) -> ps_pb2.PolicyAnnouncement | None:
+        """The newest unread announcement (None if none came within `timeout`); the
+        stream's error once it failed and nothing newer is left."""
+        with self._cond:
+            if self._announcement is None and not self.ended:
+                self._cond.wait(timeout)
+            announcement, self._announcement = self._announcement, None
+            if announcement is None and self._error is not None:
+                raise self._error
+            return announcement
+
+
 class PolicyFollower:
     """Keeps `current` at the newest valid version the quantizer announces."""
 
@@ -120,20 +158,37 @@ class PolicyFollower:
                 channel.close()
 
     def _follow(self, stub: ps_grpc.ParameterServerStub) -> None:
+        """Load the newest announced version, again and again, until the stream ends.
+
+        Announcements are read by their own thread: while a slow link carries one version,
+        the quantizer may announce several more, and only the newest is worth fetching
+        (reading them in order fetched every superseded one too: BENCHMARKS.md 19).
+        """
         known = self.current.version if self.current else 0
         call = stub.WatchPolicy(
             ps_pb2.WatchPolicyRequest(actor_id=self._instance, known_version=known)
         )
         self._call = call
-        for announcement in call:
-            self.latest_announced = max(self.latest_announced, announcement.version)
-            current = self.current.version if self.current else 0
-            metrics.ACTOR_POLICY_LAG.labels(self._instance).set(self.latest_announced - current)
-            if announcement.version > current:
-                self._load(stub, announcement)
-            if self._stop.is_set():
-                call.cancel()
-                return
+        newest = _Newest()
+        reader = threading.Thread(
+            target=newest.read, args=(call,), name="policy-announcements", daemon=True
+        )
+        reader.start()
+        try:
+            while not self._stop.is_set():
+                announcement = newest.take(timeout=0.5)  # raises what ended the stream
+                if announcement is None:
+                    if newest.ended:
+                        return
+                    continue
+                self.latest_announced = max(self.latest_announced, announcement.version)
+                current = self.current.version if self.current else 0
+                metrics.ACTOR_POLICY_LAG.labels(self._instance).set(self.latest_announced - current)
+                if announcement.version > current:
+                    self._load(stub, announcement)
+        finally:
+            call.cancel()
+            reader.join(timeout=1.0)
 
     def _fetch(
         self, stub: ps_grpc.ParameterServerStub, version: int, base_version: int = 0

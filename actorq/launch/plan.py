@@ -103,6 +103,12 @@ def _plan(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> 
     return _Cluster(quantizer, learners, actors, evaluator)
 
 
+def plan_services(settings: RunSettings, run_dir: Path, redis_url: str, prefix: str) -> _Cluster:
+    """The services `actorq run` would start, not started: their module and ACTORQ_* env.
+    bench/bench_links.py starts the same ones in other network namespaces."""
+    return _plan(settings, run_dir, redis_url, prefix)
+
+
 def _learner(
     settings: RunSettings,
     run_dir: Path,

@@ -34,6 +34,10 @@ class ServiceProcess:
     grpc_port: int
     niceness: int = 0  # >0 lowers the scheduling priority (actors yield CPU to the learner)
     zygote: Zygote | None = field(default=None, repr=False)  # fork from it when set
+    # Argv put before the interpreter, e.g. ("ip", "netns", "exec", NS) to start the service
+    # in another network namespace (bench_links); it must exec, keeping the pid.
+    wrapper: tuple[str, ...] = ()
+    host: str = "127.0.0.1"  # where its gRPC port is reached (health checks)
     proc: subprocess.Popen | ZygoteChild | None = field(default=None, repr=False)
     # CPU seconds up to exit: includes its shutdown work (see wait_stopped).
     final_cpu_seconds: float | None = field(default=None, repr=False)
@@ -41,13 +45,13 @@ class ServiceProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.final_cpu_seconds = None
-        if self.zygote is not None:
+        if self.zygote is not None and not self.wrapper:
             env = {**os.environ, **self.env}
             self.proc = self.zygote.spawn(self.module, env, str(self.log_path), self.niceness)
             return
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module],
+            [*self.wrapper, sys.executable, "-m", self.module],
             env={**os.environ, **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -59,7 +63,7 @@ class ServiceProcess:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def pid(self) -> int | None:

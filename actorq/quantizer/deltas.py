@@ -28,8 +28,11 @@ KINDS = ("full", "sparse", "delta")
 class DeltaMaker:
     """Diffs each new version against the previous one; keeps the size statistics."""
 
-    def __init__(self, store: PolicyStore, keys: PolicyKeys, history: int = 10_000) -> None:
+    def __init__(
+        self, store: PolicyStore, keys: PolicyKeys, history: int = 10_000, enabled: bool = True
+    ) -> None:
         self._store = store
+        self.enabled = enabled  # False: every version goes out as a full blob
         self._keys = keys
         self._previous: PolicyArrays | None = None
         self.delta_bytes: deque[int] = deque(maxlen=history)
@@ -39,7 +42,7 @@ class DeltaMaker:
 
     def delta_to(self, encoded: EncodedPolicy, latest: int) -> StoredDelta | None:
         """The delta from stored version `latest` to `encoded`, if smaller than its blob."""
-        base = self._base(latest)
+        base = self._base(latest) if self.enabled else None
         if base is None:
             return None
         envelope = make_delta(base, encoded, self._keys)

@@ -89,6 +89,7 @@ class ParameterServer:
         default_precision: int = policy_pb2.PRECISION_INT8,
         keys: PolicyKeys = NO_KEYS,  # with a current key every stored blob is signed
         guard: PolicyGuard | None = None,  # measures each version vs fp32, falls back
+        deltas: bool = True,  # False: no delta broadcasts, every version goes out full
     ) -> None:
         self.store = store
         self.guard = guard
@@ -104,7 +105,7 @@ class ParameterServer:
         self.bytes_sent = 0
         self.fp32_bytes_sent = 0
         self.clock = PhaseClock(PUBLISH_PHASES, metrics.QUANTIZER_PUBLISH_PHASE_SECONDS)
-        self.deltas = DeltaMaker(store, keys)
+        self.deltas = DeltaMaker(store, keys, enabled=deltas)
 
     def _stored_latest(self) -> Announcement | None:
         """What Redis already holds, so a restarted quantizer serves it at once."""

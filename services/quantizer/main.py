@@ -34,6 +34,7 @@ def serve(settings: QuantizerSettings) -> int:
         settings.max_publish_bytes,
         keys=keys,
         guard=_guard(settings, client),
+        deltas=settings.deltas,
     )
 
     def status() -> StatusSnapshot:

@@ -91,6 +91,33 @@ def test_follower_takes_deltas_and_falls_back_to_the_full_blob(
         server.stop(0.1)
 
 
+def test_deltas_off_every_version_goes_out_full(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    """ACTORQ_DELTAS=false (bench_links' plain int8 arm): no delta is stored or sent."""
+    params = ParameterServer(PolicyStore(redis_client, redis_keys), deltas=False)
+    server = GrpcServer("127.0.0.1", 0, [parameter_server_service(params)])
+    server.start()
+    address = f"127.0.0.1:{server.port}"
+    channel = make_channel(address)
+    stub = ps_grpc.ParameterServerStub(channel)
+    follower = PolicyFollower(address, "actor-nodelta", expected_spec=SPEC)
+    try:
+        stub.PublishWeights(weight_chunks(_header(1), _weights(1)), timeout=10)
+        follower.start()
+        assert follower.wait_for_policy(10)
+        stub.PublishWeights(weight_chunks(_header(2), _weights(2)), timeout=10)
+        wait_for(lambda: follower.current.version == 2)
+        assert follower.current.kind == "full" and follower.bytes_by_kind["delta"] == 0
+        assert params.store.announcement(2).delta_bytes == 0
+        assert redis_client.get(redis_keys.policy_delta(2)) is None
+    finally:
+        follower.stop()
+        params.close()
+        channel.close()
+        server.stop(0.1)
+
+
 def _header(version: int) -> ps_pb2.PublishHeader:
     return ps_pb2.PublishHeader(
         version=version,
