@@ -38,8 +38,18 @@ class ActorRun:
     us_per_step: float
 
 
-def run_actor(env_id: str, policy: LoadedPolicy, m: int, seconds: float, **overrides) -> ActorRun:
-    """One actor for about `seconds` of env loop at M = `m`, pushing to the real Redis."""
+def run_actor(
+    env_id: str,
+    policy: LoadedPolicy,
+    m: int,
+    seconds: float,
+    episodes: bool = True,
+    **overrides,
+) -> ActorRun:
+    """One actor for about `seconds` of env loop at M = `m`, pushing to the real Redis.
+
+    `episodes=False` is a diagnostic: finished episodes are not written to the episodes
+    stream (one XADD each), to show what that stream costs the loop."""
     client = redis.Redis.from_url(REDIS_URL)
     keys = RedisKeys(f"bench-tp-{uuid.uuid4().hex[:8]}")
     settings = ActorSettings(
@@ -49,6 +59,8 @@ def run_actor(env_id: str, policy: LoadedPolicy, m: int, seconds: float, **overr
     env = make_vector_env(env_id, m, settings.seed)
     stop = threading.Event()
     actor = Actor(settings, env, StaticFollower(policy), client, keys, stop)
+    if not episodes:
+        actor.episodes.queue = lambda *args: None  # type: ignore[method-assign]
     timer = threading.Timer(seconds, stop.set)
     timer.start()
     started = time.perf_counter()
