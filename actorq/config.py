@@ -247,7 +247,7 @@ class ActorSettings(CommonSettings):
     quantizer_addr: str = "127.0.0.1:50051"
     epsilon_base: float = 0.4  # Ape-X: eps_i = base ** (1 + alpha * i / (N - 1))
     epsilon_alpha: float = 7.0
-    # Transitions per replay batch sent to Redis; 0 = auto: 16 vector steps' worth, at most
+    # Transitions per replay batch sent to Redis; 0 = auto: 64 vector steps' worth, at most
     # 1 MiB of observations, at least 32 (actorq.actor.columns.auto_push_every).
     push_every: int = 0
     fast_step: bool = True  # discrete 1-step actors: the fast path (actorq.actor.columns)

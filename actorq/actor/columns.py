@@ -172,11 +172,13 @@ _COLUMNS = ("obs", "next_obs", "action", "reward", "done", "valid", "behaviour",
 
 
 def auto_push_every(num_envs: int, transition_bytes: int) -> int:
-    """Transitions per push when ACTORQ_PUSH_EVERY is 0 (auto): 16 vector steps' worth,
-    at most 1 MiB of observations per batch, never below 32 (the old fixed default).
+    """Transitions per push when ACTORQ_PUSH_EVERY is 0 (auto): 64 vector steps' worth,
+    at most 1 MiB per batch, never below 32 (the old fixed default; Atari frames stay there).
 
-    A push is one MULTI/EXEC round trip (~150-300 us in redis-py here); at one push per
-    vector step it was ~45% of a CartPole actor's step at M = 32 (docs/actor-throughput.md).
+    A push is one MULTI/EXEC round trip; at one push per vector step (the old 32 at M = 32)
+    it was the largest phase of a CartPole actor's step, and on a loaded machine each round
+    trip also waits for Redis to be scheduled. 64 steps' worth measured 1.2-1.5x the env
+    steps/s of 16 steps' worth at M = 32 and 128 (docs/actor-throughput.md).
     """
     by_bytes = (1 << 20) // max(int(transition_bytes), 1)
-    return max(32, min(16 * num_envs, by_bytes))
+    return max(32, min(64 * num_envs, by_bytes))
