@@ -99,6 +99,8 @@ def services_rate(cell: Cell, precision: str, n: int, m: int, seconds: float) ->
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
         summary = json.loads((run_dir / "summary.json").read_text())
     moving = [r for r in rows if r["env_steps"] > 0]
+    if len(moving) < 2:
+        return {"error": [f"fewer than 2 progress rows with env steps in {seconds:.0f} s"]}
     first, last = moving[0], moving[-1]
     span = last["wall_seconds"] - first["wall_seconds"]
     rate = (last["env_steps"] - first["env_steps"]) / span if span > 0 else float("nan")
@@ -180,9 +182,11 @@ def main() -> None:
                         results.setdefault(key, []).append((run.env_steps_per_s, run.phases_us))
             for p in precisions if "services" in phases and r == 0 else ():
                 for n in (int(x) for x in args.n.split(",")):
-                    got = services_rate(cell, p, n, args.service_m, args.service_seconds)
+                    seconds = max(args.service_seconds, 3 * MIN_SECONDS.get(cell.name, 0.0))
+                    got = services_rate(cell, p, n, args.service_m, seconds)
                     results.setdefault((cell.name, f"services N={n}", p, args.service_m), [])
                     results[cell.name, f"services N={n}", p, args.service_m].append(got)
+            print_table(results, file=sys.stderr)  # partial tables survive an interrupted run
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     print_table(results)
     if args.json:
@@ -202,12 +206,13 @@ def _rate_and_phases(values: list) -> tuple[float, dict[str, float]]:
     return statistics.median(rates), {n: statistics.median(v[1][n] for v in values) for n in names}
 
 
-def print_table(results: dict[tuple, list]) -> None:
+def print_table(results: dict[tuple, list], file=None) -> None:
     short = ("inference", "explore", "env_step", "record", "push", "rate_limit_wait")
     print(
         f"\n{'env':<12}|{'phase':<13}|{'prec':<5}|{'M':>4} |{'env steps/s':>12} |{'x raw':>6} |"
         + "".join(f"{s[:8]:>9}" for s in short)
-        + "  (us per vector step)"
+        + "  (us per vector step)",
+        file=file,
     )
     for key, values in results.items():
         env, phase, precision, m = key
@@ -215,10 +220,16 @@ def print_table(results: dict[tuple, list]) -> None:
         raw = results.get((env, "raw", "-", m))
         ratio = f"{rate / statistics.median(raw):6.2f}" if raw and phase != "raw" else "      "
         if "error" in phases:
-            print(f"{env:<12}|{phase:<13}|{precision:<5}|{m:>4} | failed: {phases['error']}")
+            print(
+                f"{env:<12}|{phase:<13}|{precision:<5}|{m:>4} | failed: {phases['error']}",
+                file=file,
+            )
             continue
         cols = "".join(f"{phases[s]:>9.1f}" if s in phases else f"{'':>9}" for s in short)
-        print(f"{env:<12}|{phase:<13}|{precision:<5}|{m:>4} |{rate:>12,.0f} |{ratio} |{cols}")
+        print(
+            f"{env:<12}|{phase:<13}|{precision:<5}|{m:>4} |{rate:>12,.0f} |{ratio} |{cols}",
+            file=file,
+        )
 
 
 if __name__ == "__main__":
