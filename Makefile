@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-wheels bench-links
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-wheels bench-links bench-throughput
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -70,6 +70,9 @@ bench-conv: $(STAMP)  ## int8 vs fp32 Nature-CNN convolution, batch 1/8/32/64, o
 	$(PY) bench/bench_conv.py $(ARGS)
 bench-sparse: $(STAMP)  ## dense vs RLx2 90%-sparse TD3 on Pendulum-v1, 3 seeds, interleaved (BENCHMARKS.md 13; ~25 min; ARGS=--algo sac ...)
 	nice -n 5 $(PY) bench/bench_sparse.py --algo td3 --env Pendulum-v1 --seeds 0,1,2 --sparsities 0,0.9 --env-steps 16000 $(ARGS)
+
+bench-throughput: $(STAMP)  ## env steps/s: raw vector env vs one actor vs actorq run, interleaved, per-phase us (BENCHMARKS.md "Actor throughput"; ARGS=--quick)
+	$(PY) bench/bench_throughput.py $(ARGS)
 
 bench-threads: $(STAMP)  ## policy forward in a service worker thread, torch thread count inherited or not (BENCHMARKS.md 11)
 	$(PY) bench/bench_threads.py

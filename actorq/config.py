@@ -153,7 +153,10 @@ class ActorSettings(CommonSettings):
     quantizer_addr: str = "127.0.0.1:50051"
     epsilon_base: float = 0.4  # Ape-X: eps_i = base ** (1 + alpha * i / (N - 1))
     epsilon_alpha: float = 7.0
-    push_every: int = 32  # transitions per replay batch sent to Redis
+    # Transitions per replay batch sent to Redis; 0 = auto: 64 vector steps' worth, at most
+    # 1 MiB of observations, at least 32 (actorq.actor.columns.auto_push_every).
+    push_every: int = 0
+    fast_step: bool = True  # discrete 1-step actors: the fast path (actorq.actor.columns)
     max_env_steps: int = 0  # stop after this many env steps of this actor; 0 = no limit
     samples_per_insert: float = 0.0  # 0 = actors never wait for the learner
     insert_error_buffer: float = 20000.0  # transitions actors may run ahead of the ratio
@@ -198,7 +201,7 @@ class ActorSettings(CommonSettings):
             0 < self.epsilon_base <= 1,
             f"epsilon_base: expected 0 < x <= 1, got {self.epsilon_base}",
         )
-        _check(self.push_every >= 1, f"push_every: expected >= 1, got {self.push_every}")
+        _check(self.push_every >= 0, f"push_every: expected >= 0 (0 = auto), got {self.push_every}")
         _check(self.max_env_steps >= 0, f"max_env_steps: expected >= 0, got {self.max_env_steps}")
         _check(
             self.samples_per_insert >= 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import redis
@@ -93,6 +94,14 @@ class EpisodeTracker:
         self.queue(pipe, keys, maxlen)
         pipe.execute()
         self.pending.clear()
+
+    def commands(self, keys: RedisKeys, maxlen: int) -> list[tuple]:
+        """The XADDs `queue` adds, as argument tuples (actorq.actor.push sends them)."""
+        stream, cap = keys.episodes_stream, str(maxlen)
+        return [
+            ("XADD", stream, "MAXLEN", "~", cap, "*", *chain.from_iterable(e.fields().items()))
+            for e in self.pending
+        ]
 
     def queue(self, pipe: redis.client.Pipeline, keys: RedisKeys, maxlen: int) -> None:
         """Add the pending episodes to `pipe`; the caller clears `pending` once it ran."""

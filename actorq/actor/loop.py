@@ -25,9 +25,11 @@ from gymnasium import spaces
 from prometheus_client import Histogram
 
 from actorq import metrics
+from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns, auto_push_every
 from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
+from actorq.actor.push import execute_transaction
 from actorq.actor.stepper import VectorStepper
 from actorq.breakdown import LOOP_PHASES, PhaseClock
 from actorq.config import ActorSettings
@@ -41,51 +43,9 @@ from actorq.exploration import (
     uniform_logp,
 )
 from actorq.redis_keys import RedisKeys
-from actorq.replay import RedisReplayWriter, SampleToInsertRatio, TransitionBatch
+from actorq.replay import RedisReplayWriter, SampleToInsertRatio
 
 log = logging.getLogger(__name__)
-
-
-_PENDING_COLUMNS = ("obs", "action", "reward", "next_obs", "done", "steps", "behaviour",
-                    "behaviour_logp")  # fmt: skip
-
-
-class _PendingTransitions:
-    """Transitions collected since the last push, kept until Redis acknowledges them."""
-
-    def __init__(self) -> None:
-        self.parts: list[dict[str, np.ndarray]] = []
-        self.count = 0
-
-    def add(self, *columns: np.ndarray | None) -> None:
-        """Columns in `_PENDING_COLUMNS` order; optional ones (steps on) may be None."""
-        part = {k: v for k, v in zip(_PENDING_COLUMNS, columns, strict=False) if v is not None}
-        self.parts.append(part)
-        self.count += len(part["action"])
-
-    def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        # An optional column goes out only when every part has it (all rows or none).
-        names = [k for k in _PENDING_COLUMNS if all(k in part for part in self.parts)]
-        c = {k: np.concatenate([part[k] for part in self.parts]) for k in names}
-        continuous = c["action"].ndim == 2
-        action_dtype = np.float32 if continuous else np.int64
-        return TransitionBatch(
-            obs=_obs_column(c["obs"]),
-            action=c["action"].astype(action_dtype, copy=False),
-            reward=c["reward"].astype(np.float32, copy=False),
-            next_obs=_obs_column(c["next_obs"]),
-            done=c["done"].astype(bool, copy=False),
-            actor_id=actor_id,
-            policy_version=version,
-            precision=precision,
-            steps=c["steps"].astype(np.uint8) if "steps" in c else None,
-            behaviour=c["behaviour"].astype(action_dtype) if "behaviour" in c else None,
-            behaviour_logp=c.get("behaviour_logp"),
-        )
-
-    def clear(self) -> None:
-        self.parts.clear()
-        self.count = 0
 
 
 @dataclass(frozen=True)
@@ -97,11 +57,6 @@ class _Acted:
     behaviour: np.ndarray
     logp: np.ndarray | None
     policy: LoadedPolicy
-
-
-def _obs_column(obs: np.ndarray) -> np.ndarray:
-    """uint8 pixels as they are (replay format "3"), anything else as float32."""
-    return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
 
 
 def env_epsilons(settings: ActorSettings) -> np.ndarray:
@@ -163,11 +118,21 @@ class _EnvWorker:
         started = time.perf_counter()
         with torch.inference_mode():
             q = policy.module(torch.from_numpy(obs)).numpy()
-        histogram = self._inference_metric.get(policy.precision)
+        self._inference_histogram(policy.precision).observe(time.perf_counter() - started)
+        return q
+
+    def _inference_histogram(self, precision: str) -> Histogram:
+        histogram = self._inference_metric.get(precision)
         if histogram is None:
-            histogram = metrics.ACTOR_INFERENCE_SECONDS.labels(self.instance, policy.precision)
-            self._inference_metric[policy.precision] = histogram
-        histogram.observe(time.perf_counter() - started)
+            histogram = metrics.ACTOR_INFERENCE_SECONDS.labels(self.instance, precision)
+            self._inference_metric[precision] = histogram
+        return histogram
+
+    def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
+        """`q_values` inside the loop's inference-mode scope (no scope of its own)."""
+        started = time.perf_counter()
+        q = policy.module(torch.from_numpy(obs)).numpy()
+        self._inference_histogram(policy.precision).observe(time.perf_counter() - started)
         return q
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
@@ -195,13 +160,26 @@ class Actor(_EnvWorker):
             if settings.n_step > 1
             else None
         )
+        self.push_every = settings.push_every or auto_push_every(
+            self.env.num_envs, self._transition_bytes()
+        )
         self.writer = RedisReplayWriter(
             self.client,
             self.keys,
-            maxlen_entries=max(settings.replay_stream_max_transitions // settings.push_every, 1),
+            maxlen_entries=max(settings.replay_stream_max_transitions // self.push_every, 1),
             obs_codec=settings.obs_codec,
         )
-        self.pending = _PendingTransitions()
+        self.pending: PendingTransitions | StepColumns = PendingTransitions()
+        # Discrete 1-step transitions (DQN) take the fast path (actorq.actor.columns);
+        # continuous and n-step ones the plain path.
+        self.fast = settings.fast_step and not self.continuous and self.nstep is None
+        if self.fast:
+            self.explore = EpsilonGreedy(self.epsilon, int(self.env.single_action_space.n))
+            space = self.env.single_observation_space
+            steps = -(-self.push_every // self.env.num_envs) + 1
+            self.pending = StepColumns(
+                self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
+            )
         self.inserted = 0
         self.version_of_pending = 0
         self.precision = "int8"
@@ -213,6 +191,14 @@ class Actor(_EnvWorker):
         self.loop_steps = 0
         self._loop_started: float | None = None
         self._exported = (0.0, 0)  # loop seconds and steps already exported
+        self._episodes_exported = 0
+        self._episodes_metric = metrics.ACTOR_EPISODES.labels(self.instance)
+        self._episode_return_metric = metrics.ACTOR_EPISODE_RETURN.labels(self.instance)
+
+    def _transition_bytes(self) -> int:
+        obs_bytes = int(np.prod(self.env.single_observation_space.shape))
+        obs_bytes *= 1 if self.stepper.obs_dtype == np.uint8 else 4
+        return 2 * obs_bytes + 25  # + action, reward, done, behaviour, log-prob
 
     def _ou_noise(self) -> OUNoise:
         act_dim = int(self.env.single_action_space.shape[0])
@@ -231,13 +217,16 @@ class Actor(_EnvWorker):
             self.epsilon.max(),
             self.epsilon.min(),
         )
+        step = self._fast_step if self.fast else self._step
         loop_started = self._loop_started = time.perf_counter()
-        while not self.stop.is_set() and not self._budget_spent():
-            self.clock.start()
-            obs = self._step(obs)
-            if self.pending.count >= self.s.push_every:
-                self._push()
-            self.loop_steps += 1
+        # One inference-mode scope for the whole loop rather than one per forward.
+        with torch.inference_mode():
+            while not self.stop.is_set() and not self._budget_spent():
+                self.clock.start()
+                obs = step(obs)
+                if self.pending.count >= self.push_every:
+                    self._push()
+                self.loop_steps += 1
         self._push(final=True)
         self.loop_seconds = time.perf_counter() - loop_started
         self._export_loop_time()
@@ -315,12 +304,40 @@ class Actor(_EnvWorker):
         self.clock.mark("record")
         return step.obs
 
+    def _fast_step(self, obs: np.ndarray) -> np.ndarray:
+        """`_step` for discrete 1-step transitions (actorq.actor.columns); the same
+        transitions, episodes and counters, with fewer Python calls."""
+        policy = self.follower.current
+        assert policy is not None  # run() waits for the first policy
+        out = self._forward(policy, obs)
+        self.clock.mark("inference")
+        taken, greedy, logp = self.explore(out, self.rng)
+        self.clock.mark("explore")
+        step = self.stepper.step(taken)
+        self.clock.mark("env_step")
+        v = step.valid
+        steps = int(np.count_nonzero(v))
+        self.pending.add(
+            obs, taken, step.rewards, step.next_obs, step.terminated, v, greedy, logp, steps
+        )
+        self.version_of_pending, self.precision = policy.version, policy.precision
+        self._count_steps(steps)
+        rewards = step.rewards if steps == len(v) else np.where(v, step.rewards, 0.0)
+        self._track_episodes(rewards, step.ended, policy.version)
+        self.clock.mark("record")
+        return step.obs
+
     def _track_episodes(self, rewards: np.ndarray, ended: np.ndarray, version: int) -> None:
-        before = self.episodes.count
         self.episodes.step(rewards, ended, version, self.env_steps)
-        if self.episodes.count != before:
-            metrics.ACTOR_EPISODES.labels(self.instance).inc(self.episodes.count - before)
-            metrics.ACTOR_EPISODE_RETURN.labels(self.instance).set(self.episodes.mean_return)
+
+    def _export_episodes(self) -> None:
+        """Episode count and mean return to Prometheus, once per push: the mean over the
+        last 100 returns cost ~10 us, paid on every step where an episode ended."""
+        done = self.episodes.count - self._episodes_exported
+        if done:
+            self._episodes_metric.inc(done)
+            self._episode_return_metric.set(self.episodes.mean_return)
+            self._episodes_exported = self.episodes.count
 
     def _push(self, final: bool = False) -> None:
         """Send pending transitions; on a Redis outage keep them and back off."""
@@ -331,12 +348,13 @@ class Actor(_EnvWorker):
         # counters the rate limiter compares (a separate MGET is ~0.1 ms in isolation; no
         # difference measured through the services, BENCHMARKS.md 16h). MULTI/EXEC: all of
         # it is stored, or none.
-        pipe = self.client.pipeline(transaction=True)
-        self.writer.queue(pipe, batch)
-        self.episodes.queue(pipe, self.keys, self.s.episodes_maxlen)
-        pipe.mget(self.keys.inserted_counter, self.keys.learner_sampled)
+        # Sent as raw RESP (actorq.actor.push): the same commands as a redis-py pipeline,
+        # without its tens of microseconds of Python per command (one XADD per episode).
+        commands = self.writer.commands(batch)
+        commands += self.episodes.commands(self.keys, self.s.episodes_maxlen)
+        commands.append(("MGET", self.keys.inserted_counter, self.keys.learner_sampled))
         try:
-            counters = pipe.execute()[-1]
+            counters = execute_transaction(self.client, commands)[-1]
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             self.clock.mark("push")  # the backoff wait included: it is time not acting
@@ -345,6 +363,7 @@ class Actor(_EnvWorker):
         self.pending.clear()
         self.episodes.pending.clear()
         self._export_loop_time()
+        self._export_episodes()
         self.inserted += len(batch)
         self._backoff = 0.05
         metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(len(batch))

@@ -15,6 +15,7 @@ import logging
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,21 @@ class RedisReplayWriter:
             self.queue(pipe, batch)
         pipe.execute()
         return sum(len(b) for b in batches)
+
+    def commands(self, batch: TransitionBatch) -> list[tuple]:
+        """The commands `queue` adds, as argument tuples (actorq.actor.push sends them)."""
+        fields = encode_batch(batch, self.obs_codec)
+        stream, maxlen = self._keys.replay_stream, self.maxlen_entries
+        xadd = (
+            "XADD",
+            stream,
+            "MAXLEN",
+            "~",
+            str(maxlen),
+            "*",
+            *chain.from_iterable(fields.items()),
+        )
+        return [xadd, ("INCRBY", self._keys.inserted_counter, len(batch))]
 
     def queue(self, pipe: redis.client.Pipeline, batch: TransitionBatch) -> None:
         """Add one batch (its entry and its counter increment) to `pipe`, a MULTI/EXEC

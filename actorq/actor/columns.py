@@ -1,0 +1,184 @@
+"""The actor's fast path for discrete 1-step transitions (DQN): fewer Python calls per step.
+
+The plain path (actorq.actor.loop: `_PendingTransitions` and `epsilon_greedy`) masks six
+arrays and builds a dict every vector step, then concatenates the parts at each push, and
+validates its epsilons on every call. Here:
+
+- `StepColumns` copies each vector step's rows, valid or not, into preallocated
+  [steps, M, ...] arrays (one slice assignment per column, no per-step allocation) and
+  drops the invalid rows (NEXT_STEP reset rows) with one mask per column at push time.
+  Rows keep the plain path's order (step-major, then env), so a batch is the same bytes.
+- `EpsilonGreedy` checks its per-env epsilons once, looks the behaviour log-probs up from
+  two precomputed per-env tables, and makes the same random draws as `epsilon_greedy`
+  (`rng.random(M)`, then `rng.integers` for the exploring envs), so the same seed gives
+  the same actions. `rng.integers` with size 0 consumes nothing and is skipped (~4 us).
+
+tests/unit/test_actor_fast_path.py runs both paths on the same seed and compares every
+transition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from actorq.replay import TransitionBatch
+
+# --- the plain path: per-step parts, concatenated at push time ---
+_PENDING_COLUMNS = ("obs", "action", "reward", "next_obs", "done", "steps", "behaviour",
+                    "behaviour_logp")  # fmt: skip
+
+
+class PendingTransitions:
+    """Transitions collected since the last push, kept until Redis acknowledges them."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.count = 0
+
+    def add(self, *columns: np.ndarray | None) -> None:
+        """Columns in `_PENDING_COLUMNS` order; optional ones (steps on) may be None."""
+        part = {k: v for k, v in zip(_PENDING_COLUMNS, columns, strict=False) if v is not None}
+        self.parts.append(part)
+        self.count += len(part["action"])
+
+    def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
+        # An optional column goes out only when every part has it (all rows or none).
+        names = [k for k in _PENDING_COLUMNS if all(k in part for part in self.parts)]
+        c = {k: np.concatenate([part[k] for part in self.parts]) for k in names}
+        continuous = c["action"].ndim == 2
+        action_dtype = np.float32 if continuous else np.int64
+        return TransitionBatch(
+            obs=_obs_column(c["obs"]),
+            action=c["action"].astype(action_dtype, copy=False),
+            reward=c["reward"].astype(np.float32, copy=False),
+            next_obs=_obs_column(c["next_obs"]),
+            done=c["done"].astype(bool, copy=False),
+            actor_id=actor_id,
+            policy_version=version,
+            precision=precision,
+            steps=c["steps"].astype(np.uint8) if "steps" in c else None,
+            behaviour=c["behaviour"].astype(action_dtype) if "behaviour" in c else None,
+            behaviour_logp=c.get("behaviour_logp"),
+        )
+
+    def clear(self) -> None:
+        self.parts.clear()
+        self.count = 0
+
+
+def _obs_column(obs: np.ndarray) -> np.ndarray:
+    """uint8 pixels as they are (replay format "3"), anything else as float32."""
+    return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
+
+
+# --- the fast path ---
+class EpsilonGreedy:
+    """Per-env epsilon-greedy over Q-values [M, A]: (taken, greedy, log mu(taken))."""
+
+    def __init__(self, epsilon: np.ndarray, num_actions: int) -> None:
+        eps = np.asarray(epsilon, dtype=np.float64)
+        if eps.ndim != 1 or np.any((eps < 0) | (eps > 1)):
+            raise ValueError(f"epsilon must be one value in [0, 1] per env, got {epsilon}")
+        if num_actions < 1:
+            raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+        self.epsilon, self.num_actions = eps, num_actions
+        # The same float64 arithmetic as exploration.epsilon_greedy_logp, done once.
+        with np.errstate(divide="ignore"):
+            self.logp_greedy = np.log(eps / num_actions + (1.0 - eps) * 1.0).astype(np.float32)
+            self.logp_other = np.log(eps / num_actions + (1.0 - eps) * 0.0).astype(np.float32)
+
+    def __call__(
+        self, q_values: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        greedy = q_values.argmax(axis=1)
+        taken = greedy.astype(np.int64)  # a copy: exploration overwrites some rows
+        explore = rng.random(len(taken)) < self.epsilon
+        k = int(np.count_nonzero(explore))
+        if k:
+            taken[explore] = rng.integers(0, self.num_actions, size=k)
+        logp = np.where(taken == greedy, self.logp_greedy, self.logp_other)
+        return taken, greedy, logp
+
+
+class StepColumns:
+    """Vector steps since the last push, in preallocated columns; grows when full (a long
+    Redis outage keeps everything, as the plain path does)."""
+
+    def __init__(
+        self, num_envs: int, obs_shape: tuple[int, ...], obs_dtype, steps: int = 64
+    ) -> None:
+        self.num_envs, self.obs_shape, self.obs_dtype = num_envs, tuple(obs_shape), obs_dtype
+        self.t = 0  # vector steps held
+        self.count = 0  # valid rows held: the transitions the next push sends
+        self._allocate(max(int(steps), 1))
+
+    def _allocate(self, steps: int) -> None:
+        m = self.num_envs
+        self.obs = np.empty((steps, m, *self.obs_shape), self.obs_dtype)
+        self.next_obs = np.empty_like(self.obs)
+        self.action = np.empty((steps, m), np.int64)
+        self.reward = np.empty((steps, m), np.float32)
+        self.done = np.empty((steps, m), bool)
+        self.valid = np.empty((steps, m), bool)
+        self.behaviour = np.empty((steps, m), np.int64)
+        self.logp = np.empty((steps, m), np.float32)
+        self.capacity = steps
+
+    def _grow(self) -> None:
+        old = {k: getattr(self, k)[: self.t] for k in _COLUMNS}
+        self._allocate(self.capacity * 2)
+        for name, values in old.items():
+            getattr(self, name)[: self.t] = values
+
+    def add(self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid: int):
+        """One vector step's M rows; `n_valid` = count of `valid` (the caller has it)."""
+        if self.t == self.capacity:
+            self._grow()
+        t = self.t
+        self.obs[t] = obs
+        self.next_obs[t] = next_obs
+        self.action[t] = action
+        self.reward[t] = reward  # float64 rewards round to float32 as astype does
+        self.done[t] = done
+        self.valid[t] = valid
+        self.behaviour[t] = behaviour
+        self.logp[t] = logp
+        self.t = t + 1
+        self.count += n_valid
+
+    def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
+        rows = self.t * self.num_envs
+        mask = self.valid[: self.t].reshape(rows)
+        every = self.count == rows
+
+        def column(name: str) -> np.ndarray:
+            values = getattr(self, name)[: self.t]
+            flat = values.reshape(rows, *values.shape[2:])
+            return flat.copy() if every else flat[mask]
+
+        return TransitionBatch(
+            obs=column("obs"), action=column("action"), reward=column("reward"),
+            next_obs=column("next_obs"), done=column("done"), actor_id=actor_id,
+            policy_version=version, precision=precision, steps=None,
+            behaviour=column("behaviour"), behaviour_logp=column("logp"),
+        )  # fmt: skip
+
+    def clear(self) -> None:
+        self.t = 0
+        self.count = 0
+
+
+_COLUMNS = ("obs", "next_obs", "action", "reward", "done", "valid", "behaviour", "logp")
+
+
+def auto_push_every(num_envs: int, transition_bytes: int) -> int:
+    """Transitions per push when ACTORQ_PUSH_EVERY is 0 (auto): 64 vector steps' worth,
+    at most 1 MiB per batch, never below 32 (the old fixed default; Atari frames stay there).
+
+    A push is one MULTI/EXEC round trip; at one push per vector step (the old 32 at M = 32)
+    it was the largest phase of a CartPole actor's step, and on a loaded machine each round
+    trip also waits for Redis to be scheduled. 64 steps' worth measured 1.2-1.5x the env
+    steps/s of 16 steps' worth at M = 32 and 128 (docs/actor-throughput.md).
+    """
+    by_bytes = (1 << 20) // max(int(transition_bytes), 1)
+    return max(32, min(64 * num_envs, by_bytes))
