@@ -12,8 +12,9 @@ import threading
 import torch
 
 from actorq import metrics
+from actorq.actor.evaluator import Evaluator
 from actorq.actor.identity import claim_actor_index
-from actorq.actor.loop import Actor, Evaluator
+from actorq.actor.loop import Actor
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.actor.trajectory import TrajectoryActor
 from actorq.config import ActorSettings, load_settings

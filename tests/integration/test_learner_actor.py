@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import redis
 
-from actorq.actor.loop import Actor, Evaluator, env_epsilons
+from actorq.actor.evaluator import Evaluator
+from actorq.actor.loop import Actor, env_epsilons
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.algos.dqn import DQNConfig
 from actorq.config import ActorSettings, ConfigError, LearnerSettings

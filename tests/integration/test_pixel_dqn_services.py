@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import redis
 
-from actorq.actor.loop import Actor, Evaluator
+from actorq.actor.evaluator import Evaluator
+from actorq.actor.loop import Actor
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.algos.dqn import DQNConfig
 from actorq.algos.factory import policy_spec
