@@ -70,7 +70,7 @@ def serve_onpolicy(settings: LearnerSettings, config) -> int:
         tls=tls,
     )
     metrics_port = metrics.serve_metrics(
-        settings.bind_host, settings.metrics_port, service="learner"
+        settings.bind_host, settings.metrics_port, service="learner", health=server.status
     )
     server.start()
     trainer.restore()
