@@ -21,6 +21,7 @@ from actorq import metrics
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
+from actorq.extras import require
 from actorq.learner.behaviour import BehaviourMonitor, nstep_correction
 from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
 from actorq.learner.distributed import (
@@ -520,6 +521,7 @@ def make_sampler(settings: LearnerSettings) -> Sampler:
     re-scored soon; priorities themselves are not persisted (documented fallback).
     """
     if settings.replay == "prioritized":
+        require("numba", "prioritized", "ACTORQ_REPLAY=prioritized (the sum tree's kernels)")
         from actorq.replay.prioritized import PrioritizedSampler  # numba: only when used
 
         return PrioritizedSampler(
