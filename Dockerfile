@@ -1,7 +1,12 @@
-# One image for every actorq service; pick the process with the command:
+# actorq's images; pick the process with the command:
 #   actorq-quantizer | actorq-learner | actorq-actor | actorq run ... | actorq healthcheck
 # Build: docker build -t actorq:latest .      (registry + PyPI; or offline: `make image`)
 # Configured only through ACTORQ_* environment variables (actorq/config.py).
+# EXTRAS picks the pyproject extras the image carries (docs/containers.md):
+#   docker build --build-arg EXTRAS= -t actorq:core .         quantizer, classic-control actors
+#   docker build --build-arg EXTRAS=mujoco -t actorq:mujoco .  MuJoCo / DMC actors
+#   docker build --build-arg EXTRAS=atari -t actorq:atari .    MinAtar / ALE actors
+#   default (actorq:latest): mujoco,atari,plots,prioritized, for the learner and anything
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
@@ -25,12 +30,21 @@ RUN case "$WHEELS" in \
       *) echo "WHEELS: expected index or wheelhouse, got '$WHEELS'" >&2; exit 2 ;; \
     esac \
  && python -m venv /opt/venv \
- && pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0
+ && pip install --no-cache-dir --index-url "${TORCH_INDEX}" torch==2.13.0 \
+ && torch=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch \
+ && rm -rf "$torch/test" "$torch/include" "$torch/share/cmake" "$torch"/bin/protoc* \
+      "$torch"/bin/*Test "$torch"/bin/test_* "$torch"/lib/*_test.so \
+      "$torch/lib/libbackend_with_compiler.so"
+# Removed above (~190 MB): C++ test binaries, headers and cmake files. They serve only
+# C++ extension builds and torch.compile's C++ code generation, which actorq never runs.
 # The pinned dependencies in their own layer, keyed on pyproject.toml only: a code change
 # rebuilds just the last layer (actorq itself, --no-deps).
+# Declared only here: every image shares the torch layer above (an ARG is part of the
+# cache key of each RUN after it).
+ARG EXTRAS=mujoco,atari,plots,prioritized
 WORKDIR /src
-COPY pyproject.toml ./
-RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > /tmp/requirements.txt \
+COPY pyproject.toml deploy/docker/requirements.py ./
+RUN python requirements.py "$EXTRAS" > /tmp/requirements.txt \
  && pip install --no-cache-dir -r /tmp/requirements.txt
 COPY README.md ./
 COPY actorq ./actorq
@@ -40,7 +54,9 @@ RUN pip install --no-cache-dir --no-deps . \
 
 # --- runtime: the venv only, a non-root user -------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
-LABEL org.opencontainers.image.title="actorq" \
+ARG EXTRAS=mujoco,atari,plots,prioritized
+LABEL io.actorq.extras="${EXTRAS}" \
+      org.opencontainers.image.title="actorq" \
       org.opencontainers.image.description="ActorQ: int8 actors, fp32 learner, quantizer" \
       org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --gid 10001 actorq \
@@ -48,6 +64,7 @@ RUN groupadd --gid 10001 actorq \
  && mkdir -p /work /checkpoints \
  && chown actorq:actorq /work /checkpoints
 COPY --from=build /opt/venv /opt/venv
+COPY deploy/docker/actorq-healthz /usr/local/bin/actorq-healthz
 # Inside a container every service listens on all interfaces, on the same two ports
 # (each container has its own network namespace); compose and Kubernetes rely on these.
 ENV PATH=/opt/venv/bin:$PATH \
@@ -62,7 +79,9 @@ WORKDIR /work
 USER 10001:10001
 EXPOSE 50051 9100
 VOLUME ["/checkpoints"]
-# Asks the service's own grpc.health.v1 on 127.0.0.1:$ACTORQ_GRPC_PORT (exit 0 = SERVING).
-HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=5 \
-    CMD ["python", "-m", "actorq.rpc.healthcheck"]
+# GET /healthz on 127.0.0.1:$ACTORQ_METRICS_PORT with bash alone (exit 0 = the service's
+# grpc.health.v1 says SERVING): ~1 ms of CPU, where a Python gRPC probe cost 0.5 s
+# (BENCHMARKS.md "Health probes"). `actorq healthcheck` still asks gRPC by hand.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=5 \
+    CMD ["actorq-healthz"]
 CMD ["actorq", "--help"]

@@ -64,6 +64,9 @@ def test_cluster_up_scale_down(local_images: str) -> None:
         logs = subprocess.run([docker, "logs", f"{name}-actor-1"], capture_output=True,
                               text=True, timeout=60)  # fmt: skip
         assert "actor-1 up: env CartPole-v1 x2" in logs.stdout + logs.stderr
+        inspected = json.loads(_docker(docker, "inspect", f"{name}-actor-1", f"{name}-learner"))
+        assert [c["HostConfig"]["Init"] for c in inspected] == [True, True]  # tini as PID 1
+        assert inspected[0]["Config"]["Healthcheck"]["Test"] == ["CMD", "actorq-healthz"]
 
         _cluster("scale", "--actors", "3", "--envs-per-actor", "2", *common)
         assert set(_containers(docker, name, "actor")) == {f"{name}-actor-{i}" for i in range(3)}
