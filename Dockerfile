@@ -3,7 +3,8 @@
 # Build: docker build -t actorq:latest .      (registry + PyPI; or offline: `make image`)
 # Configured only through ACTORQ_* environment variables (actorq/config.py).
 # EXTRAS picks the pyproject extras the image carries (docs/containers.md):
-#   docker build --build-arg EXTRAS= -t actorq:core .         quantizer, classic-control actors
+#   docker build --build-arg EXTRAS= --build-arg SLIM=1 -t actorq:core .
+#                                                  quantizer, classic-control actors, evaluator
 #   docker build --build-arg EXTRAS=mujoco -t actorq:mujoco .  MuJoCo / DMC actors
 #   docker build --build-arg EXTRAS=atari -t actorq:atari .    MinAtar / ALE actors
 #   default (actorq:latest): mujoco,atari,plots,prioritized, for the learner and anything
@@ -51,11 +52,26 @@ COPY actorq ./actorq
 COPY services ./services
 RUN pip install --no-cache-dir --no-deps . \
  && python -c "import actorq, torch; print('actorq', actorq.__version__, 'torch', torch.__version__)"
+# SLIM=1 (actorq:core, for the quantizer, actors and evaluator): without pip/setuptools and
+# without sympy, mpmath and networkx (~105 MB). torch needs those three only for
+# torch._dynamo / torch.compile, which the learner reaches (optimizer.state_dict) and the
+# quantizer and actors never do; a stub in their place says which image to use instead.
+ARG SLIM=0
+RUN if [ "$SLIM" = 1 ]; then \
+      site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+   && python -m pip uninstall -y -q sympy mpmath networkx setuptools wheel pip \
+   && for m in sympy mpmath networkx; do mkdir "$site/$m" && printf '%s\n' \
+        "raise ImportError('$m is left out of the slim actorq:core image (SLIM=1); this code" \
+        "path needs it: run this role from actorq:latest')" >"$site/$m/__init__.py"; done \
+   && python -c "import services.actor.main, services.quantizer.main, torch.ao.quantization"; \
+    elif [ "$SLIM" != 0 ]; then echo "SLIM: expected 0 or 1, got '$SLIM'" >&2; exit 2; fi
 
 # --- runtime: the venv only, a non-root user -------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
 ARG EXTRAS=mujoco,atari,plots,prioritized
+ARG SLIM=0
 LABEL io.actorq.extras="${EXTRAS}" \
+      io.actorq.slim="${SLIM}" \
       org.opencontainers.image.title="actorq" \
       org.opencontainers.image.description="ActorQ: int8 actors, fp32 learner, quantizer" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -13,7 +13,8 @@
 #      WHEELS=wheelhouse (its defaults stay python:3.11-slim + PyPI and the CPU index), one
 #      per role by the pyproject extras it carries (EXTRAS, docs/containers.md):
 #        actorq:latest  mujoco,atari,plots,prioritized: the learner, anything
-#        actorq:core    no extra: the quantizer, classic-control actors and evaluator
+#        actorq:core    no extra, SLIM=1 (no sympy/networkx/pip; the Dockerfile says why):
+#                       the quantizer, classic-control actors and evaluator
 #        actorq:mujoco  MuJoCo / DMC actors;  actorq:atari  MinAtar / ALE actors
 #      ACTORQ_IMAGE_ROLES="latest core" builds only those.
 # Starts a Docker engine when none answers (scripts/docker_engine.sh) and leaves it running.
@@ -180,8 +181,9 @@ role_extras() {
 tags=()
 for role in $ROLES; do
   tag=$(role_tag "$role"); extras=$(role_extras "$role")
-  echo "== $tag (Dockerfile on $PYTHON_BASE, EXTRAS='$extras', wheels from wheelhouse/ only)"
-  docker build --quiet --force-rm -t "$tag" --build-arg EXTRAS="$extras" \
+  slim=0; [ "$role" = core ] && slim=1
+  echo "== $tag (Dockerfile on $PYTHON_BASE, EXTRAS='$extras' SLIM=$slim, wheels from wheelhouse/ only)"
+  docker build --quiet --force-rm -t "$tag" --build-arg EXTRAS="$extras" --build-arg SLIM=$slim \
     --build-arg PYTHON_IMAGE="$PYTHON_BASE" --build-arg WHEELS=wheelhouse . >/dev/null
   tags+=("$tag")
 done
