@@ -98,6 +98,6 @@ VOLUME ["/checkpoints"]
 # GET /healthz on 127.0.0.1:$ACTORQ_METRICS_PORT with bash alone (exit 0 = the service's
 # grpc.health.v1 says SERVING): ~1 ms of CPU, where a Python gRPC probe cost 0.5 s
 # (BENCHMARKS.md "Health probes"). `actorq healthcheck` still asks gRPC by hand.
-HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=5 \
+HEALTHCHECK --interval=10s --timeout=30s --start-period=120s --retries=5 \
     CMD ["actorq-healthz"]
 CMD ["actorq", "--help"]

@@ -128,7 +128,7 @@ def _http_healthcheck() -> dict[str, Any]:
     return {
         "test": ["CMD", "actorq-healthz"],
         "interval": 10 * SECONDS,
-        "timeout": 5 * SECONDS,
+        "timeout": 30 * SECONDS,
         "retries": 5,
         "start_period": 120 * SECONDS,
     }

@@ -18,6 +18,7 @@ def test_every_actorq_service_has_init_and_the_http_probe() -> None:
         assert services[name]["init"] is True, name
         assert services[name]["healthcheck"]["test"] == ["CMD", "actorq-healthz"], name
         assert services[name]["healthcheck"]["start_period"] == "2m0s", name
+        assert services[name]["healthcheck"]["timeout"] == "30s", name
     # CartPole actors, evaluator and quantizer on the image without extras; learner full.
     for name in ("actor", "evaluator", "quantizer"):
         assert services[name]["image"] == "actorq:core", name
