@@ -24,8 +24,8 @@ def test_every_actorq_service_has_init_and_the_http_probe() -> None:
         assert services[name]["image"] == "actorq:core", name
         assert services[name]["build"]["args"]["EXTRAS"] == "", name
     assert services["learner"]["image"] == "actorq:latest"
-    # Actors start beside the quantizer and learner (their follower retries and waits for
-    # the first policy by itself); only Redis must be healthy first.
+    # Actors start beside the learner once the quantizer is healthy (they wait for the
+    # learner's first policy by themselves).
     for name in ("actor", "evaluator"):
         depends = {k: v["condition"] for k, v in services[name]["depends_on"].items()}
-        assert depends == {"redis": "service_healthy", "quantizer": "service_started"}, name
+        assert depends == {"quantizer": "service_healthy"}, name
