@@ -75,7 +75,7 @@ def run_probe(container: str, cmd: list[str], n: int) -> dict:
 def remove(label: str) -> None:
     ids = docker("ps", "-aq", "--filter", f"label=actorq.bench={label}").split()
     if ids:
-        docker("rm", "-f", *ids, check=False)
+        docker("rm", "-f", "-v", *ids, check=False)  # -v: the images declare volumes
     nets = docker("network", "ls", "-q", "--filter", f"label=actorq.bench={label}").split()
     if nets:
         docker("network", "rm", *nets, check=False)
