@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.compose, pytest.mark.timeout(900)]
 EMPTY = {"containers": [], "networks": [], "volumes": []}
 
 
-def test_failed_readiness_wait_reports_and_leaves_nothing(local_images: str, tmp_path) -> None:
+def test_failed_readiness_wait_reports_and_leaves_nothing(
+    local_images: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
     stack = ComposeStack(local_images, f"actorq-fail-{uuid.uuid4().hex[:8]}", tmp_path,
                          find_free_port())  # fmt: skip
     try:
@@ -38,9 +40,17 @@ def test_failed_readiness_wait_reports_and_leaves_nothing(local_images: str, tmp
         assert "timed out after 1 s" in message
         assert "  actor: 1 " in message and "  redis: 1 " in message
         assert stack.objects()["containers"], "the stack was up before the teardown"
+        # Make `compose down -v` itself fail (its file is gone), as a zombie once made it:
+        # the teardown must fall back to removal by the project label and say so.
+        stack.files = [tmp_path / "deleted-compose-file.yml"]
     finally:
         left = stack.teardown(tmp_path / "logs.txt")
+    out = capsys.readouterr().out
+    print(out)
     assert left == EMPTY
+    assert "`down -v` failed" in out
+    assert f"removed 3 containers of {stack.project} by label" in out
+    assert f"removed 1 networks of {stack.project} by label" in out
 
 
 HANGING_PROBE = """\
