@@ -99,7 +99,7 @@ class DockerCluster:
         changed = []
         for container in running[actors:]:
             container.stop(timeout=30)
-            container.remove()
+            container.remove(v=True)  # and its anonymous volumes (image VOLUMEs)
             changed.append(container.name)
         for index in range(len(running), actors):
             changed.append(self._start(actor_spec(self.config, index, actors)).name)
@@ -114,7 +114,7 @@ class DockerCluster:
             for container in self._containers(role):
                 try:
                     container.stop(timeout=60)
-                    container.remove()
+                    container.remove(v=True)
                     removed.append(container.name)
                 except self._errors() as exc:
                     print(f"cluster down: {container.name}: {exc}", file=sys.stderr)
@@ -130,7 +130,7 @@ class DockerCluster:
         label = {"label": [f"{LABEL_CLUSTER}={self.config.name}"]}
         gone: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
         for container in self.client.containers.list(all=True, filters=label):
-            container.remove(force=True)
+            container.remove(force=True, v=True)
             gone["containers"].append(container.name)
         # by name too: networks made before they carried the cluster's name as label
         found = self.client.networks.list(filters=label)
