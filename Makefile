@@ -130,8 +130,10 @@ image: $(STAMP)  ## actorq, Redis, Prometheus images built here, no registry (RE
 
 bench-compose: image  ## compose stacks of 1..32 actor containers: healthy time, steps/s, docker stats memory (BENCHMARKS.md 17)
 	$(PY) bench/bench_compose_scale.py $(ARGS)
-compose-e2e: $(STAMP)  ## make image, then compose up --scale actor=32 and its drills (~5-10 min)
-	ACTORQ_COMPOSE_ACTORS=$${ACTORQ_COMPOSE_ACTORS:-32} $(PY) -m pytest tests/e2e/test_compose.py -v -s $(ARGS)
+compose-e2e: $(STAMP)  ## make image, then compose up --scale actor=32 beside 2 CPU hogs (healthy <= 180 s), its drills, the teardown tests (~10 min)
+	ACTORQ_COMPOSE_ACTORS=$${ACTORQ_COMPOSE_ACTORS:-32} ACTORQ_COMPOSE_HOGS=$${ACTORQ_COMPOSE_HOGS:-2} \
+	ACTORQ_COMPOSE_HEALTHY_S=$${ACTORQ_COMPOSE_HEALTHY_S:-180} \
+	$(PY) -m pytest tests/e2e/test_compose_teardown.py tests/e2e/test_compose.py -v -s $(ARGS)
 
 docs: $(STAMP)  ## the documentation site (mkdocs-material) into site/; broken links fail
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

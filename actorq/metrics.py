@@ -7,7 +7,9 @@ apart when several run in one process (tests) or behind one scrape target.
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+from actorq.healthz import HealthSource, start_server
 
 # Latency buckets from 50 us to 1 s: actor inference on small MLPs sits well under 1 ms.
 _FAST_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 0.25, 1.0)
@@ -312,16 +314,19 @@ LEARNER_NSTEP_IS_TRUNCATED = Gauge(
 )
 
 
-def serve_metrics(host: str, port: int, service: str | None = None) -> int | None:
+def serve_metrics(
+    host: str, port: int, service: str | None = None, health: HealthSource | None = None
+) -> int | None:
     """Start the /metrics HTTP endpoint; returns the bound port (None when port == -1).
 
     With `service`, the page also carries that process's estimated energy and CO2
-    (`actorq_service_energy_joules_total`, actorq.energy)."""
+    (`actorq_service_energy_joules_total`, actorq.energy). With `health` (the service's
+    `GrpcServer.status`), the same port answers `/healthz` (actorq.healthz)."""
     if port < 0:
         return None
     if service is not None:
         from actorq.energy import PowerModel, ProcessEnergyCollector
 
         REGISTRY.register(ProcessEnergyCollector(service, PowerModel.from_env()))
-    server, _thread = start_http_server(port, addr=host)
+    server = start_server(host, port, health)
     return int(server.server_port)

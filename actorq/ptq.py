@@ -31,6 +31,7 @@ import torch
 from actorq.actor.stepper import VectorStepper
 from actorq.algos.factory import config_from_dict, make_algorithm, policy_spec
 from actorq.envs import make_vector_env
+from actorq.extras import require
 from actorq.learner.checkpoint import CHECKPOINT_FILE, META_FILE
 from actorq.models.mlp import MLPSpec
 from actorq.quant import quantized_policy_from_weights
@@ -237,8 +238,7 @@ def write_outputs(
 
 
 def _plot(path: Path, policy: LoadedPolicy, rows: list[PTQRow]) -> None:
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plots", "plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

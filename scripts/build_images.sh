@@ -9,13 +9,21 @@
 #   3. wheelhouse/: every pinned dependency (CPU torch 2.13.0 included) downloaded by the
 #      host's pip, refilled only when pyproject.toml's dependencies change (and kept per
 #      dependency list in $WHEEL_CACHE for other checkouts on this machine)
-#   4. actorq:latest from Dockerfile with --build-arg PYTHON_IMAGE=<local python>
-#      WHEELS=wheelhouse (its defaults stay python:3.11-slim + PyPI and the CPU index)
+#   4. the actorq images from Dockerfile with --build-arg PYTHON_IMAGE=<local python>
+#      WHEELS=wheelhouse (its defaults stay python:3.11-slim + PyPI and the CPU index), one
+#      per role by the pyproject extras it carries (EXTRAS, docs/containers.md):
+#        actorq:latest  mujoco,atari,plots,prioritized: the learner, anything
+#        actorq:core    no extra, SLIM=1 (no sympy/networkx/pip; the Dockerfile says why):
+#                       the quantizer, classic-control actors and evaluator
+#        actorq:mujoco  MuJoCo / DMC actors;  actorq:atari  MinAtar / ALE actors
+#      ACTORQ_IMAGE_ROLES="latest core" builds only those.
 # Starts a Docker engine when none answers (scripts/docker_engine.sh) and leaves it running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCAL=${ACTORQ_LOCAL_REGISTRY:-actorq-local}
 IMAGE=${ACTORQ_IMAGE:-actorq:latest}
+ROLES=${ACTORQ_IMAGE_ROLES:-latest core mujoco atari}
+FULL_EXTRAS=mujoco,atari,plots,prioritized  # the Dockerfile's default; the wheelhouse's too
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CACHE=$PWD/.image-cache  # debootstrap and apt downloads, build contexts (gitignored)
@@ -93,7 +101,7 @@ size() { docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1
 # fill_wheelhouse: the host's pip downloads what the image's pip installs (wheels only).
 fill_wheelhouse() {
   local deps stamp target
-  deps=$("$PYTHON" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
+  deps=$("$PYTHON" deploy/docker/requirements.py "$FULL_EXTRAS")
   # setuptools + wheel: pip builds actorq itself (pyproject's build-system) offline too.
   deps=$(printf '%s\nsetuptools>=68\nwheel\n' "$deps")
   # Markers are evaluated for the image's Python, not the host's (Debian's 3.11.2 needs
@@ -111,8 +119,9 @@ fill_wheelhouse() {
     copy_tree "$WHEEL_CACHE/$stamp" wheelhouse
     return 0
   fi
+  # Wheels already here stay (pip skips them): a dependency moved between extras costs
+  # nothing, a new one only its own download.
   echo "== wheelhouse: pip download for Python $target (host pip; torch 2.13.0 CPU)"
-  find wheelhouse -name '*.whl' -delete
   printf '%s\n' "$deps" >wheelhouse/.requirements.txt
   "$PYTHON" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
     --python-version "$target" --dest wheelhouse -r wheelhouse/.requirements.txt 2>&1 | grep -v '^WARNING: Location' || true
@@ -159,9 +168,25 @@ package_image redis "$LOCAL/redis:$SUITE"
 package_image prometheus "$LOCAL/prometheus:$SUITE"
 fill_wheelhouse
 
-echo "== $IMAGE (Dockerfile on $PYTHON_BASE, wheels from wheelhouse/ only)"
-docker build --quiet --force-rm -t "$IMAGE" \
-  --build-arg PYTHON_IMAGE="$PYTHON_BASE" --build-arg WHEELS=wheelhouse . >/dev/null
-for tag in "$IMAGE" "$BASE" "$PYTHON_BASE" "$LOCAL/redis:$SUITE" "$LOCAL/prometheus:$SUITE"; do
+# role_tag ROLE: the tag of one role's image (latest is $IMAGE itself).
+role_tag() { [ "$1" = latest ] && echo "$IMAGE" || echo "${IMAGE%:*}:$1"; }
+role_extras() {
+  case $1 in
+    latest) echo "$FULL_EXTRAS" ;;
+    core) echo "" ;;
+    mujoco | atari) echo "$1" ;;
+    *) echo "ACTORQ_IMAGE_ROLES: expected latest, core, mujoco or atari, got '$1'" >&2; exit 2 ;;
+  esac
+}
+tags=()
+for role in $ROLES; do
+  tag=$(role_tag "$role"); extras=$(role_extras "$role")
+  slim=0; [ "$role" = core ] && slim=1
+  echo "== $tag (Dockerfile on $PYTHON_BASE, EXTRAS='$extras' SLIM=$slim, wheels from wheelhouse/ only)"
+  docker build --quiet --force-rm -t "$tag" --build-arg EXTRAS="$extras" --build-arg SLIM=$slim \
+    --build-arg PYTHON_IMAGE="$PYTHON_BASE" --build-arg WHEELS=wheelhouse . >/dev/null
+  tags+=("$tag")
+done
+for tag in "${tags[@]}" "$BASE" "$PYTHON_BASE" "$LOCAL/redis:$SUITE" "$LOCAL/prometheus:$SUITE"; do
   printf '%-36s %s\n' "$tag" "$(size "$tag")"
 done

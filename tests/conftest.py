@@ -92,6 +92,8 @@ def local_images() -> Iterator[str]:
     was_running = docker is not None and _docker_answers(docker)
     _run_script(root / "scripts" / "docker_engine.sh", "start")
     try:
+        # The compose tests run actorq:latest (learner) and actorq:core (the rest) only.
+        os.environ.setdefault("ACTORQ_IMAGE_ROLES", "latest core")
         _run_script(root / "scripts" / "build_images.sh")
         yield shutil.which("docker") or "docker"
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from typing import Any
 
@@ -98,27 +99,56 @@ class DockerCluster:
         changed = []
         for container in running[actors:]:
             container.stop(timeout=30)
-            container.remove()
+            container.remove(v=True)  # and its anonymous volumes (image VOLUMEs)
             changed.append(container.name)
         for index in range(len(running), actors):
             changed.append(self._start(actor_spec(self.config, index, actors)).name)
         return changed
 
     def down(self, remove_volumes: bool = False) -> list[str]:
-        """Stop actors first, then learner (final checkpoint), quantizer, Redis."""
+        """Stop actors first, then learner (final checkpoint), quantizer, Redis; then
+        remove the network, volumes (if asked) and any container that refused to stop,
+        all found by this cluster's label. Returns the containers' names."""
         removed = []
         for role in ("actor", "learner", "quantizer", "redis"):
             for container in self._containers(role):
-                container.stop(timeout=60)
-                container.remove()
-                removed.append(container.name)
-        for network in self.client.networks.list(names=[self.config.network]):
+                try:
+                    container.stop(timeout=60)
+                    container.remove(v=True)
+                    removed.append(container.name)
+                except self._errors() as exc:
+                    print(f"cluster down: {container.name}: {exc}", file=sys.stderr)
+        left = self.remove_by_label(remove_volumes)
+        if left["containers"]:
+            print(f"cluster down: force-removed by label {LABEL_CLUSTER}={self.config.name}: "
+                  f"{', '.join(left['containers'])}", file=sys.stderr)  # fmt: skip
+        return removed + left["containers"]
+
+    def remove_by_label(self, volumes: bool = True) -> dict[str, list[str]]:
+        """Force-remove every container, network and (with `volumes`) volume labelled as
+        this cluster's; their names by kind."""
+        label = {"label": [f"{LABEL_CLUSTER}={self.config.name}"]}
+        gone: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
+        for container in self.client.containers.list(all=True, filters=label):
+            container.remove(force=True, v=True)
+            gone["containers"].append(container.name)
+        # by name too: networks made before they carried the cluster's name as label
+        found = self.client.networks.list(filters=label)
+        found += self.client.networks.list(names=[self.config.network])
+        for network in {n.id: n for n in found}.values():
             network.remove()
-        if remove_volumes:
-            for name in (self.config.redis_volume, self.config.checkpoint_volume):
-                for volume in self.client.volumes.list(filters={"name": name}):
-                    volume.remove()
-        return removed
+            gone["networks"].append(network.name)
+        if volumes:
+            for volume in self.client.volumes.list(filters=label):
+                volume.remove(force=True)
+                gone["volumes"].append(volume.name)
+        return gone
+
+    def _errors(self) -> tuple[type[Exception], ...]:
+        import docker
+        import requests
+
+        return (docker.errors.DockerException, requests.RequestException)
 
     def _containers(self, role: str) -> list[Any]:
         labels = [f"{LABEL_CLUSTER}={self.config.name}", f"{LABEL_ROLE}={role}"]
@@ -129,7 +159,8 @@ class DockerCluster:
 
     def _ensure_network(self, name: str) -> None:
         if not self.client.networks.list(names=[name]):
-            self.client.networks.create(name, driver="bridge", labels={LABEL_CLUSTER: name})
+            labels = {LABEL_CLUSTER: self.config.name}
+            self.client.networks.create(name, driver="bridge", labels=labels)
 
     def _ensure_volume(self, name: str) -> None:
         self.client.volumes.create(name=name, labels={LABEL_CLUSTER: self.config.name})

@@ -96,6 +96,9 @@ class ContainerSpec:
             "healthcheck": self.healthcheck,
             "network": network,
             "detach": True,
+            # docker-init (tini) as PID 1: reaps what a probe killed at its timeout orphans,
+            # and passes SIGTERM to the service (issue 31: a zombie blocked `down`).
+            "init": True,
             "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
         }
 
@@ -119,13 +122,15 @@ def _labels(config: ClusterConfig, role: str, index: int | None = None) -> dict[
     return labels
 
 
-def _grpc_healthcheck() -> dict[str, Any]:
+def _http_healthcheck() -> dict[str, Any]:
+    """The image's bash probe of /healthz (same state as grpc.health.v1, no Python), with
+    docker-compose.yml's timings."""
     return {
-        "test": ["CMD", "python", "-m", "actorq.rpc.healthcheck"],
+        "test": ["CMD", "actorq-healthz"],
         "interval": 10 * SECONDS,
-        "timeout": 5 * SECONDS,
+        "timeout": 30 * SECONDS,
         "retries": 5,
-        "start_period": 60 * SECONDS,
+        "start_period": 120 * SECONDS,
     }
 
 
@@ -177,7 +182,7 @@ def _service_spec(
         environment=env,
         labels=_labels(config, role, index),
         volumes=volumes or {},
-        healthcheck=_grpc_healthcheck(),
+        healthcheck=_http_healthcheck(),
     )
 
 

@@ -19,14 +19,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from actorq.extras import require
+
 
 def _suite() -> Any:
     """dm_control.suite, imported with rendering off: without this dm_control probes for
     an OpenGL backend and glfw warns about a missing DISPLAY in every actor's log."""
     os.environ.setdefault("MUJOCO_GL", "disable")
-    from dm_control import suite
-
-    return suite
+    return require("dm_control.suite", "mujoco", "the DeepMind Control Suite")
 
 
 class DMCEnv(gym.Env):
@@ -78,8 +78,8 @@ def make_dmc_env(name: str, error: type[Exception]) -> gym.Env:
     """`name` is `<domain>-<task>`; raise `error` naming it when the suite has no such task."""
     try:
         suite = _suite()
-    except ImportError as exc:
-        raise error(f"dmc:{name} needs dm-control (pip install dm-control): {exc}") from exc
+    except ImportError as exc:  # the message names the extra (actorq.extras)
+        raise error(f"dmc:{name}: {exc}") from exc
     domain, sep, task = name.partition("-")
     if not sep or (domain, task) not in suite.ALL_TASKS:
         raise error(

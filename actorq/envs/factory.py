@@ -27,6 +27,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RescaleAction
 
+from actorq.extras import MissingExtraError, require
 from actorq.envs.pixel import (
     ALE_PREFIX,
     MINATAR_PREFIX,
@@ -167,7 +168,7 @@ def make_env(env_id: str) -> gym.Env:
     if env_id not in gym.registry:
         raise EnvError(_unknown_id_message(env_id))
     if "mujoco" in str(gym.registry[env_id].entry_point):
-        _log_mujoco_warnings_once()
+        _log_mujoco_warnings_once(env_id)
     try:
         env = gym.make(env_id)
     except (gym.error.Error, ImportError) as exc:  # missing optional dependency, bad kwargs
@@ -178,12 +179,15 @@ def make_env(env_id: str) -> gym.Env:
 _MUJOCO_WARNED: set[str] = set()
 
 
-def _log_mujoco_warnings_once() -> None:
+def _log_mujoco_warnings_once(env_id: str) -> None:
     """Route MuJoCo's C warnings to the log, each text once per process: gymnasium's
     half_cheetah.xml uses an attribute MuJoCo 3.17 deprecates, and MuJoCo would print that
     warning to stdout for every env an actor builds. Installed on every call on purpose:
     importing dm_control installs its own handler over ours."""
-    import mujoco
+    try:
+        mujoco = require("mujoco", "mujoco", f"env {env_id}")
+    except MissingExtraError as exc:
+        raise EnvError(str(exc)) from None
 
     def warn(text: str) -> None:
         if text not in _MUJOCO_WARNED:

@@ -24,6 +24,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.wrappers import TimeLimit
 
+from actorq.extras import require
+
 MINATAR_PREFIX = "minatar:"
 ALE_PREFIX = "ale:"
 MINATAR_GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
@@ -40,9 +42,9 @@ class MinAtarEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, game: str) -> None:
-        from minatar import Environment  # imported only when a MinAtar env is asked for
-
-        self.game = Environment(game)
+        # imported only when a MinAtar env is asked for
+        minatar = require("minatar", "atari", f"MinAtar env {game!r}")
+        self.game = minatar.Environment(game)
         self.actions = list(self.game.minimal_action_set())
         h, w, c = self.game.state_shape()
         self.observation_space = spaces.Box(0, 1, (c, h, w), np.uint8)
@@ -94,6 +96,7 @@ def _rom_name(game: str) -> str:
 
 def make_ale_vector_env(spec: str, num_envs: int, seed: int, error: type[Exception]) -> VectorEnv:
     """All copies stepped by ale-py's C++ vector env, SAME_STEP autoreset, preprocessed."""
+    require("ale_py", "atari", f"ALE env {spec!r}")
     from ale_py import roms
     from ale_py.vector_env import AtariVectorEnv
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actorq.extras import require
 from actorq.launch.monitor import ProgressSample, RunMonitor
 
 
@@ -138,8 +139,7 @@ def write_episodes(run_dir: Path, monitor: RunMonitor) -> Path:
 
 def write_plots(run_dir: Path, monitor: RunMonitor, title: str, target: float | None) -> list[Path]:
     """return_vs_env_steps.png and return_vs_wall_time.png (evaluator and actors)."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plots", "plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -74,7 +74,7 @@ def serve_onpolicy(settings: LearnerSettings, config, choice=None) -> int:
         tls=tls,
     )
     metrics_port = metrics.serve_metrics(
-        settings.bind_host, settings.metrics_port, service="learner"
+        settings.bind_host, settings.metrics_port, service="learner", health=server.status
     )
     server.start()
     trainer.restore()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actorq.config import LearnerSettings
+from actorq.extras import require
 from actorq.replay import Sampler, TerminalShareSampler, UniformSampler
 
 
@@ -14,6 +15,7 @@ def make_sampler(settings: LearnerSettings) -> Sampler:
     re-scored soon; priorities themselves are not persisted (documented fallback).
     """
     if settings.replay == "prioritized":
+        require("numba", "prioritized", "ACTORQ_REPLAY=prioritized (the sum tree's kernels)")
         from actorq.replay.prioritized import PrioritizedSampler  # numba: only when used
 
         return PrioritizedSampler(

@@ -55,6 +55,7 @@ class GrpcServer:
             self._server,
         )
         self._names = names
+        self._status = "NOT_SERVING"  # what /healthz reports (actorq.healthz) until start()
         self.tls = tls
         self.port = self._bind(host, port)
 
@@ -84,6 +85,11 @@ class GrpcServer:
         )
         for name in ["", *self._names]:
             self._health.set(name, status)
+        self._status = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+
+    def status(self) -> str:
+        """The overall grpc.health.v1 status name, for the metrics port's /healthz."""
+        return self._status
 
     def stop(self, grace: float = 2.0) -> None:
         """Refuse new calls, let running ones finish for `grace` seconds, then close."""

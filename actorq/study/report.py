@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from actorq.breakdown import LOOP_PHASES, POLICY_PHASES
+from actorq.extras import require
 from actorq.study.analysis import (
     ArmSummary,
     Reached,
@@ -195,8 +196,7 @@ def _at_least(ratio: float | None, lower_bound: float | None) -> str:
 
 
 def _pyplot():
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plots", "plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

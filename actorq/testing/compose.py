@@ -44,6 +44,7 @@ class ComposeStack:
     def __init__(self, docker: str, project: str, workdir: Path, prometheus_port: int) -> None:
         self.docker = docker
         self.project = project
+        self.label = f"label=com.docker.compose.project={project}"
         self.prometheus = f"http://127.0.0.1:{prometheus_port}"
         self.test_override = workdir / "compose.test.yml"
         # Checkpoint often, so a killed learner has something to resume from in a short run.
@@ -51,10 +52,11 @@ class ComposeStack:
             "services:\n  learner:\n    environment:\n      ACTORQ_CHECKPOINT_EVERY: '100'\n"
         )
         self.env = {**os.environ, "PROMETHEUS_PORT": str(prometheus_port)}
+        self.files: list[Path] = [*COMPOSE_FILES, self.test_override]  # tests may replace
 
     # --- compose and docker CLIs -----------------------------------------------------
     def compose(self, *args: str, timeout: float = 600) -> str:
-        files = [a for f in (*COMPOSE_FILES, self.test_override) for a in ("-f", str(f))]
+        files = [a for f in self.files for a in ("-f", str(f))]
         cmd = [compose_binary(), "-p", self.project, "--project-directory", str(ROOT), *files]
         proc = subprocess.run(
             [*cmd, *args], capture_output=True, text=True, env=self.env, timeout=timeout
@@ -78,8 +80,7 @@ class ComposeStack:
         return json.loads(self.docker_cli("inspect", container))[0]
 
     def health(self, container: str) -> str:
-        state = self.inspect(container)["State"]
-        return state.get("Health", {}).get("Status", state["Status"])
+        return _health(self.inspect(container))
 
     def crash(self, container: str) -> None:
         """SIGKILL the container's main process from the host, as an OOM kill or a segfault
@@ -95,11 +96,94 @@ class ComposeStack:
     def service_logs(self, service: str) -> str:
         return "".join(self.logs(c) for c in self.container_ids(service, all_states=True))
 
+    def containers(self) -> list[dict[str, Any]]:
+        """`docker inspect` of every container of the project, in one call of each CLI
+        (a poll per container costs the loaded machine more than the stack's own probes)."""
+        ids = self.docker_cli("ps", "-aq", "--filter", self.label).split()
+        return json.loads(self.docker_cli("inspect", *ids)) if ids else []
+
     def all_healthy(self, expected_actors: int) -> bool:
-        ids = {s: self.container_ids(s) for s in ACTORQ_SERVICES}
-        if len(ids["actor"]) != expected_actors:
+        by_service: dict[str, list[str]] = {s: [] for s in ACTORQ_SERVICES}
+        for info in self.containers():
+            service = info["Config"]["Labels"].get("com.docker.compose.service")
+            if service in by_service and info["State"]["Status"] != "exited":
+                by_service[service].append(_health(info))
+        if len(by_service["actor"]) != expected_actors:
             return False
-        return all(self.health(c) == "healthy" for group in ids.values() for c in group)
+        return all(h == "healthy" for group in by_service.values() for h in group)
+
+    def health_report(self) -> str:
+        """Actors healthy/starting/unhealthy (and other states), the other services'
+        health, and the last probe output of one unhealthy (else starting) container."""
+        counts: dict[str, dict[str, int]] = {}
+        worst: tuple[int, dict[str, Any]] | None = None
+        for info in self.containers():
+            service = info["Config"]["Labels"].get("com.docker.compose.service", "?")
+            health = _health(info)
+            counts.setdefault(service, {}).setdefault(health, 0)
+            counts[service][health] += 1
+            rank = {"unhealthy": 2, "starting": 1}.get(health, 0)
+            if rank and (worst is None or rank > worst[0]):
+                worst = (rank, info)
+        lines = [f"  {service}: " + ", ".join(f"{n} {h}" for h, n in sorted(by.items()))
+                 for service, by in sorted(counts.items())]  # fmt: skip
+        if worst is not None:
+            info = worst[1]
+            health = info["State"].get("Health", {})
+            last = (health.get("Log") or [{}])[-1]
+            lines.append(f"  last probe of {_health(info)} {info['Name'].lstrip('/')}: "
+                         f"exit {last.get('ExitCode')}, {last.get('Output', '').strip()!r} "
+                         f"(failing streak {health.get('FailingStreak')})")  # fmt: skip
+        return "\n".join(lines)
+
+    def wait_healthy(self, expected_actors: int, timeout: float) -> float:
+        """Seconds until `expected_actors` actors and every actorq service are healthy;
+        on timeout an AssertionError that says where each service stands."""
+        started = time.monotonic()
+        try:
+            what = f"{expected_actors} actors and every actorq service healthy"
+            wait_for(lambda: self.all_healthy(expected_actors), timeout, what, every=5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; containers by service:\n{self.health_report()}") from None
+        return time.monotonic() - started
+
+    # --- teardown ----------------------------------------------------------------------
+    def objects(self) -> dict[str, list[str]]:
+        """The project's containers, networks and volumes, by the compose project label."""
+        return {
+            "containers": self.docker_cli("ps", "-aq", "--filter", self.label).split(),
+            "networks": self.docker_cli("network", "ls", "-q", "--filter", self.label).split(),
+            "volumes": self.docker_cli("volume", "ls", "-q", "--filter", self.label).split(),
+        }
+
+    def teardown(self, log_path: Path | None = None) -> dict[str, list[str]]:
+        """`compose down -v`; when it fails (a container that cannot be stopped), remove
+        the project's containers, networks and volumes by its label and say so. Returns
+        what is left afterwards (empty lists when clean)."""
+        if log_path is not None:
+            try:
+                log_path.write_text(self.compose("logs", "--no-color", timeout=120))
+            except (AssertionError, subprocess.TimeoutExpired, OSError) as exc:
+                print(f"compose teardown: no logs ({exc})")
+        try:
+            self.compose("down", "-v", "--remove-orphans", "--timeout", "60", timeout=300)
+        except (AssertionError, subprocess.TimeoutExpired) as exc:
+            print(f"compose teardown: `down -v` failed ({str(exc)[:500]}); removing project "
+                  f"{self.project}'s objects by label com.docker.compose.project")  # fmt: skip
+        left = self.objects()
+        if any(left.values()):
+            self.remove_by_label(left)
+            left = self.objects()
+        return left
+
+    def remove_by_label(self, found: dict[str, list[str]]) -> None:
+        """docker rm -f / network rm / volume rm of what `objects()` found."""
+        for kind, args in (("containers", ["rm", "-f", "-v"]), ("networks", ["network", "rm"]),
+                           ("volumes", ["volume", "rm", "-f"])):  # fmt: skip
+            if found[kind]:
+                self.docker_cli(*args, *found[kind], check=False)
+                print(f"compose teardown: removed {len(found[kind])} {kind} of {self.project} "
+                      "by label")  # fmt: skip
 
     def redis_get(self, key: str) -> str:
         return self.compose("exec", "-T", "redis", "redis-cli", "--raw", "GET", key).strip()
@@ -135,6 +219,11 @@ class ComposeStack:
                 job = target["labels"]["job"]
                 counts[job] = counts.get(job, 0) + 1
         return counts
+
+
+def _health(info: dict[str, Any]) -> str:
+    """A container's health status, or its state when it has no health check."""
+    return info["State"].get("Health", {}).get("Status", info["State"]["Status"])
 
 
 def actor_instance(logs: str) -> str | None:

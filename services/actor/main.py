@@ -67,7 +67,10 @@ def serve(settings: ActorSettings) -> int:
         tls=tls,
     )
     metrics_port = metrics.serve_metrics(
-        settings.bind_host, settings.metrics_port, service=settings.instance_id
+        settings.bind_host,
+        settings.metrics_port,
+        service=settings.instance_id,
+        health=server.status,
     )
     server.start()
     log.info(

@@ -142,7 +142,7 @@ def serve(
         tls=TlsConfig.from_settings(settings),
     )
     metrics_port = metrics.serve_metrics(
-        settings.bind_host, settings.metrics_port, service="learner"
+        settings.bind_host, settings.metrics_port, service="learner", health=server.status
     )
     init_group(learner.dist, settings.device)
     learner.restore()

@@ -74,7 +74,7 @@ def serve(settings: QuantizerSettings) -> int:
         tls=TlsConfig.from_settings(settings),
     )
     metrics_port = metrics.serve_metrics(
-        settings.bind_host, settings.metrics_port, service="quantizer"
+        settings.bind_host, settings.metrics_port, service="quantizer", health=server.status
     )
     server.start()
     log.info(

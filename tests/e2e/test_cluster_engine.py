@@ -53,6 +53,7 @@ def test_cluster_up_scale_down(local_images: str) -> None:
     docker = local_images
     name = f"aqc{uuid.uuid4().hex[:8]}"
     common = ["--name", name, "--redis-image", LOCAL_REDIS]
+    anonymous: list[str] = []
     try:
         out = _cluster("up", "--actors", "2", "--envs-per-actor", "2", *common)
         assert f"cluster {name} up: 5 containers on {name}-net" in out
@@ -64,13 +65,23 @@ def test_cluster_up_scale_down(local_images: str) -> None:
         logs = subprocess.run([docker, "logs", f"{name}-actor-1"], capture_output=True,
                               text=True, timeout=60)  # fmt: skip
         assert "actor-1 up: env CartPole-v1 x2" in logs.stdout + logs.stderr
+        inspected = json.loads(_docker(docker, "inspect", f"{name}-actor-1", f"{name}-learner"))
+        assert [c["HostConfig"]["Init"] for c in inspected] == [True, True]  # tini as PID 1
+        assert inspected[0]["Config"]["Healthcheck"]["Test"] == ["CMD", "actorq-healthz"]
 
         _cluster("scale", "--actors", "3", "--envs-per-actor", "2", *common)
         assert set(_containers(docker, name, "actor")) == {f"{name}-actor-{i}" for i in range(3)}
         _cluster("scale", "--actors", "1", "--envs-per-actor", "2", *common)
         assert set(_containers(docker, name, "actor")) == {f"{name}-actor-0"}
+        # The images declare VOLUMEs: each container has anonymous ones, gone after down.
+        ids = _docker(docker, "ps", "-aq", "--filter", f"label=io.actorq.cluster={name}").split()
+        mounts = [m for c in json.loads(_docker(docker, "inspect", *ids)) for m in c["Mounts"]]
+        anonymous += [m["Name"] for m in mounts if m["Type"] == "volume" and len(m["Name"]) == 64]
+        assert anonymous
     finally:
         out = _cluster("down", "--volumes", *common)
+    left = [v for v in _docker(docker, "volume", "ls", "-q").split() if v in anonymous]
+    assert left == []
     assert f"cluster {name} down: 4 containers removed" in out
     assert _containers(docker, name) == {}
     assert _docker(docker, "network", "ls", "-q", "--filter", f"name={name}-net").split() == []

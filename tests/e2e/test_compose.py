@@ -13,8 +13,10 @@ N is ACTORQ_COMPOSE_ACTORS: `make compose-e2e` uses 32; the default (the CI run,
 The tests run in file order against one stack; each names what it waits for.
 
 Passed end to end here on 2026-11-23 with N = 32 (all healthy 82 s after `up -d`, 2.5 min
-in all) and N = 8 (41 s; 1.7 min). scripts/test.sh runs it; ACTORQ_COMPOSE_TESTS=0
-deselects the `compose` marker.
+in all) and N = 8 (41 s; 1.7 min). ACTORQ_COMPOSE_HOGS=N keeps N CPU-bound processes busy
+while the stack comes up. Teardown always leaves nothing with the project's label: a
+failed `down -v` is followed by `docker rm -f` / `network rm` / `volume rm` by label.
+scripts/test.sh runs it; ACTORQ_COMPOSE_TESTS=0 deselects the `compose` marker.
 """
 
 from __future__ import annotations
@@ -22,14 +24,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from actorq.redis_server import find_free_port
-from actorq.testing.compose import ROOT, ComposeStack, actor_instance, wait_for
+from actorq.testing.compose import (
+    ACTORQ_SERVICES,
+    ROOT,
+    ComposeStack,
+    actor_instance,
+    wait_for,
+)
 from actorq.testing.dashboard import unexpectedly_empty
 
 ACTORS = int(os.environ.get("ACTORQ_COMPOSE_ACTORS", "8"))
@@ -41,6 +52,22 @@ HEALTHY_WITHIN_S = float(os.environ.get("ACTORQ_COMPOSE_HEALTHY_S", "300"))
 pytestmark = [pytest.mark.e2e, pytest.mark.compose, pytest.mark.timeout(1500)]
 
 
+# CPU-bound processes kept busy while the stack comes up (`make compose-e2e`: 2), as
+# other jobs load a shared machine; issue 31's target is healthy within 180 s beside two.
+HOGS = int(os.environ.get("ACTORQ_COMPOSE_HOGS", "0"))
+
+
+@contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def stack(local_images: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeStack]:
     project = f"actorq-e2e-{uuid.uuid4().hex[:8]}"
@@ -48,32 +75,28 @@ def stack(local_images: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     stack = ComposeStack(local_images, project, work, find_free_port())
     started = time.monotonic()
     try:
-        stack.compose("up", "-d", "--scale", f"actor={ACTORS}")
-        wait_for(lambda: stack.all_healthy(ACTORS), HEALTHY_WITHIN_S,
-                 f"{ACTORS} actors and every actorq service healthy", every=3)  # fmt: skip
+        with cpu_hogs(HOGS):
+            stack.compose("up", "-d", "--scale", f"actor={ACTORS}")
+            stack.wait_healthy(ACTORS, HEALTHY_WITHIN_S)
+        load = os.getloadavg()[0]
         print(f"compose: {ACTORS} actors, all healthy {time.monotonic() - started:.0f} s "
-              f"after `up -d`")  # fmt: skip
+              f"after `up -d` ({HOGS} CPU hogs, load average {load:.1f})")  # fmt: skip
         yield stack
     finally:
-        (work / "logs.txt").write_text(stack.compose("logs", "--no-color", timeout=120))
-        stack.compose("down", "-v", "--remove-orphans", "--timeout", "60")
-        leftovers = _project_objects(stack)
+        # A failed `down -v` falls back to removing the project's objects by label.
+        leftovers = stack.teardown(work / "logs.txt")
         assert leftovers == {"containers": [], "networks": [], "volumes": []}, leftovers
-
-
-def _project_objects(stack: ComposeStack) -> dict[str, list[str]]:
-    label = f"label=com.docker.compose.project={stack.project}"
-    return {
-        "containers": stack.docker_cli("ps", "-aq", "--filter", label).split(),
-        "networks": stack.docker_cli("network", "ls", "-q", "--filter", label).split(),
-        "volumes": stack.docker_cli("volume", "ls", "-q", "--filter", label).split(),
-    }
 
 
 def test_every_actor_is_healthy_with_its_own_index(stack: ComposeStack) -> None:
     actors = stack.container_ids("actor")
     assert len(actors) == ACTORS
     assert all(stack.health(c) == "healthy" for c in actors)
+    # docker-init as PID 1 and the bash /healthz probe in every actorq container
+    for container in stack.containers():
+        if container["Config"]["Labels"]["com.docker.compose.service"] in ACTORQ_SERVICES:
+            assert container["HostConfig"]["Init"] is True, container["Name"]
+            assert container["Config"]["Healthcheck"]["Test"] == ["CMD", "actorq-healthz"]
     instances = [actor_instance(stack.logs(c)) for c in actors]
     assert None not in instances, instances
     assert sorted(instances) == sorted(f"actor-{i}" for i in range(ACTORS))

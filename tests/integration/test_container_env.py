@@ -22,6 +22,8 @@ from actorq.redis_server import find_free_port
 from actorq.rpc import make_channel
 from actorq.v1 import control_pb2, control_pb2_grpc
 
+HTTP_PROBE = Path(__file__).resolve().parents[2] / "deploy" / "docker" / "actorq-healthz"
+
 
 def _local(env: dict[str, str], redis_url: str, quantizer: str, grpc_port: int) -> dict:
     return {
@@ -42,6 +44,14 @@ def _healthcheck(grpc_port: int) -> int:
         capture_output=True,
         timeout=60,
     ).returncode
+
+
+def _http_probe(metrics_port: str) -> int:
+    """The image's HEALTHCHECK: bash GET /healthz on the metrics port (no Python)."""
+    return subprocess.run(
+        [str(HTTP_PROBE), metrics_port], env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+        timeout=60,
+    ).returncode  # fmt: skip
 
 
 def _wait_healthy(port: int, proc: subprocess.Popen, log: Path) -> None:
@@ -107,8 +117,11 @@ def test_replicas_of_one_template_come_up_healthy_and_distinct(services) -> None
         url = f"http://127.0.0.1:{env['ACTORQ_METRICS_PORT']}/metrics"
         page = urllib.request.urlopen(url, timeout=5).read().decode()
         assert 'instance="actor-' in page
-    # a stopped service fails the same probe
-    _, proc, port, _, _ = actors[-1]
+    # The HTTP probe agrees with grpc.health.v1 on every real service (quantizer too).
+    assert [_http_probe(env["ACTORQ_METRICS_PORT"]) for _, _, _, env, _ in services] == [0] * 3
+    # a stopped service fails the same probes
+    _, proc, port, env, _ = actors[-1]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     assert _healthcheck(port) == 1
+    assert _http_probe(env["ACTORQ_METRICS_PORT"]) == 1

@@ -43,9 +43,10 @@ def test_services_find_redis_and_quantizer_by_container_name() -> None:
         assert env["ACTORQ_REDIS_URL"] == "redis://exp1-redis:6379/0"
         assert env["ACTORQ_QUANTIZER_ADDR"] == f"exp1-quantizer:{GRPC_PORT}"
         assert env["ACTORQ_BIND_HOST"] == "0.0.0.0"  # reachable from other containers
-        assert spec.healthcheck["test"] == ["CMD", "python", "-m", "actorq.rpc.healthcheck"]
+        assert spec.healthcheck["test"] == ["CMD", "actorq-healthz"]  # bash, no Python
         assert spec.command == [f"actorq-{spec.role}"]
         assert spec.run_kwargs("exp1-net")["network"] == "exp1-net"
+        assert spec.run_kwargs("exp1-net")["init"] is True  # tini reaps orphaned probes
     learner = plan.by_role("learner")[0]
     assert learner.environment["ACTORQ_PRECISION"] == "fp16"
     assert learner.volumes == {"exp1-checkpoints": {"bind": "/checkpoints", "mode": "rw"}}

@@ -1,0 +1,31 @@
+"""docker-compose.yml as compose itself resolves it (with the local-image override): every
+actorq service runs under an init and is probed over HTTP without Python; per-role images."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from actorq.testing.compose import ACTORQ_SERVICES, COMPOSE_FILES, compose_binary
+
+
+def test_every_actorq_service_has_init_and_the_http_probe() -> None:
+    files = [a for f in COMPOSE_FILES for a in ("-f", str(f))]
+    command = [compose_binary(), *files, "config", "--format", "json"]
+    config = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
+    services = json.loads(config.stdout)["services"]
+    for name in ACTORQ_SERVICES:
+        assert services[name]["init"] is True, name
+        assert services[name]["healthcheck"]["test"] == ["CMD", "actorq-healthz"], name
+        assert services[name]["healthcheck"]["start_period"] == "2m0s", name
+        assert services[name]["healthcheck"]["timeout"] == "30s", name
+    # CartPole actors, evaluator and quantizer on the image without extras; learner full.
+    for name in ("actor", "evaluator", "quantizer"):
+        assert services[name]["image"] == "actorq:core", name
+        assert services[name]["build"]["args"]["EXTRAS"] == "", name
+    assert services["learner"]["image"] == "actorq:latest"
+    # Actors start beside the learner once the quantizer is healthy (they wait for the
+    # learner's first policy by themselves).
+    for name in ("actor", "evaluator"):
+        depends = {k: v["condition"] for k, v in services[name]["depends_on"].items()}
+        assert depends == {"quantizer": "service_healthy"}, name
