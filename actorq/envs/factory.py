@@ -27,7 +27,6 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers import RescaleAction
 
-from actorq.extras import MissingExtraError, require
 from actorq.envs.pixel import (
     ALE_PREFIX,
     MINATAR_PREFIX,
@@ -36,6 +35,7 @@ from actorq.envs.pixel import (
     make_ale_vector_env,
     make_minatar_env,
 )
+from actorq.extras import MissingExtraError, require
 
 log = logging.getLogger(__name__)
 
