@@ -33,5 +33,5 @@ def test_page_names_every_field_with_its_variable_and_comment():
     assert "| `ACTORQ_DQN_LR` | `float` | `0.0025` | Adam learning rate" in page
     assert DQNConfig().lr == 0.0025
     # field comments and docstrings reach the page: the push batch size is documented there
-    assert "| `ACTORQ_PUSH_EVERY` | `int` | `0` | Transitions per replay batch sent to Redis" in page
+    assert "| `ACTORQ_PUSH_EVERY` | `int` | `0` | Transitions per replay batch" in page
     assert "| `--hidden` | `64,64` |" in page
