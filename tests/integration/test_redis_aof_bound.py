@@ -15,6 +15,8 @@ from actorq.redis_server import EmbeddedRedis
 from actorq.replay import RedisReplayReader, RedisReplayWriter, ReplayStorage, read_inserted
 from actorq.replay.batch import TransitionBatch
 
+ROUNDS = 600
+
 
 def _folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -55,16 +57,18 @@ def test_aof_is_rewritten_and_a_killed_redis_loses_nothing(tmp_path: Path) -> No
         client = redis.Redis.from_url(server.url)
         writer = RedisReplayWriter(client, keys, maxlen_entries=cap_entries)
         peak = 0
-        for i in range(300):  # 614,400 transitions written, ~60 MB of XADD commands
+        for i in range(ROUNDS):  # 1,228,800 transitions written, ~120 MB of XADD commands
             writer.write_many(batches)
+            time.sleep(0.01)  # <= 200k transitions/s: faster than 14 actors insert
             if i % 10 == 0:
                 peak = max(peak, _folder_bytes(tmp_path))
         info = _after_rewrites(client)
+        settled = _folder_bytes(tmp_path)
         inserted, length = read_inserted(client, keys), client.xlen(keys.replay_stream)
         last = client.xrevrange(keys.replay_stream, count=1)[0]
         server.restart()  # SIGKILL, then the same port and folder: the AOF is replayed
         after = redis.Redis.from_url(server.url)
-        assert read_inserted(after, keys) == inserted == 300 * 64 * 32
+        assert read_inserted(after, keys) == inserted == ROUNDS * 64 * 32
         assert after.xlen(keys.replay_stream) == length >= cap_entries
         assert after.xrevrange(keys.replay_stream, count=1)[0] == last
         reader = RedisReplayReader(after, keys, ReplayStorage(200_000, obs_dim=4))
@@ -73,6 +77,8 @@ def test_aof_is_rewritten_and_a_killed_redis_loses_nothing(tmp_path: Path) -> No
         after.close()
     # At least one rewrite finished before the kill (-1: none yet).
     assert info["aof_last_rewrite_time_sec"] >= 0 and info["aof_last_bgrewrite_status"] == "ok"
-    # Without rewrites the file would hold every XADD (> 60 MB); with them it follows
-    # the live data (~3 MB) and the 1 MB floor.
-    assert peak < 24 * 2**20, peak
+    # Without rewrites the file would hold every XADD (> 120 MB); with them it stays a
+    # fraction of that. How small depends on how soon the forked rewrite gets a core
+    # (35.7 MB peak at 300 rounds was seen at load ~50), so the bound is loose.
+    assert settled < 48 * 2**20, settled
+    assert peak < 48 * 2**20, peak
