@@ -1,4 +1,4 @@
-"""Actors on other hosts over shaped links: broadcast kinds x link speeds (BENCHMARKS.md 19).
+"""Actors on other hosts over shaped links: broadcast kinds x link speeds (BENCHMARKS.md 22).
 
 Each arm: a fresh hub namespace (Redis, quantizer, learner) and one namespace per actor,
 each joined to the hub by its own veth pair shaped with `tc tbf` both ways

@@ -162,7 +162,7 @@ class PolicyFollower:
 
         Announcements are read by their own thread: while a slow link carries one version,
         the quantizer may announce several more, and only the newest is worth fetching
-        (reading them in order fetched every superseded one too: BENCHMARKS.md 19).
+        (reading them in order fetched every superseded one too: BENCHMARKS.md 22).
         """
         known = self.current.version if self.current else 0
         call = stub.WatchPolicy(
