@@ -65,7 +65,6 @@ def cpu_info() -> str:
 # --- worker side -------------------------------------------------------------------------
 def _worker(mode: str) -> None:
     """Read case indices from stdin, answer one JSON line each: CPU ms per update."""
-    import numpy as np
     import torch
 
     from actorq.algos import load_algorithm_config, make_algorithm
@@ -79,7 +78,7 @@ def _worker(mode: str) -> None:
     for line in sys.stdin:
         index, updates = (int(x) for x in line.split())
         if index not in learners:
-            learners[index] = _build(index, fast, np, make_algorithm, load_algorithm_config)
+            learners[index] = _build(index, fast, make_algorithm, load_algorithm_config)
         learner, batches = learners[index]
         for i in range(5):  # warm caches and allocator state
             learner.update(batches[i % len(batches)])
@@ -90,36 +89,24 @@ def _worker(mode: str) -> None:
         print(json.dumps({"case": index, "ms": ms}), flush=True)
 
 
-def _build(index, fast, np, make_algorithm, load_algorithm_config):  # type: ignore[no-untyped-def]
+def _build(index, fast, make_algorithm, load_algorithm_config):  # type: ignore[no-untyped-def]
+    from actorq.testing.batches import random_update_batches
+
     algo, obs, out, hidden, batch = CASES[index]
-    rng = np.random.default_rng(index)
     config = load_algorithm_config(algo, {}, batch_size=batch)
     learner = make_algorithm(algo, obs, out, hidden, config, fast=fast)
-    batches = []
-    for _ in range(8):
-        b = {
-            "obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "next_obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "reward": rng.standard_normal(batch).astype(np.float32),
-            "done": (rng.random(batch) < 0.05).astype(np.float32),
-        }
-        if algo == "dqn":
-            b["action"] = rng.integers(0, out, batch)
-        else:
-            b["action"] = rng.uniform(-1, 1, (batch, out)).astype(np.float32)
-        batches.append(b)
+    batches = random_update_batches(algo, obs, out, batch, seed=index)
     return learner, batches
 
 
 # --- parent side -------------------------------------------------------------------------
 def matmul_flops_per_update(index: int) -> float:
     """Matmul FLOPs of one update (forward and backward), by torch's flop counter."""
-    import numpy as np
     from torch.utils.flop_counter import FlopCounterMode
 
     from actorq.algos import load_algorithm_config, make_algorithm
 
-    learner, batches = _build(index, False, np, make_algorithm, load_algorithm_config)
+    learner, batches = _build(index, False, make_algorithm, load_algorithm_config)
     learner.update(batches[0])  # TD3's delayed actor: count over two updates, halve
     with FlopCounterMode(display=False) as counter:
         learner.update(batches[1])

@@ -34,23 +34,9 @@ TARGETS = {("dqn", (64, 64)): 8000, ("dqn", (1024, 1024, 1024)): 2500,
 
 
 def batches(algo: str, obs: int, out: int, batch: int, n: int = 8) -> list[dict]:
-    import numpy as np
+    from actorq.testing.batches import random_update_batches
 
-    rng = np.random.default_rng(0)
-    made = []
-    for _ in range(n):
-        b = {
-            "obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "next_obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "reward": rng.standard_normal(batch).astype(np.float32),
-            "done": (rng.random(batch) < 0.05).astype(np.float32),
-        }
-        if algo == "dqn":
-            b["action"] = rng.integers(0, out, batch)
-        else:
-            b["action"] = rng.uniform(-1, 1, (batch, out)).astype(np.float32)
-        made.append(b)
-    return made
+    return random_update_batches(algo, obs, out, batch, n)
 
 
 def _build(case: tuple, device: str):

@@ -30,6 +30,7 @@ from actorq.algos.capture import (
     default_update_path,
 )
 from actorq.algos.feed import DeviceReplay
+from actorq.testing.batches import random_update_batches
 
 PATH_CASES = [  # (algo, obs_dim, outputs, hidden, batch): the four cases of issue 29
     ("dqn", 4, 2, (64, 64), 128),
@@ -40,21 +41,7 @@ PATH_CASES = [  # (algo, obs_dim, outputs, hidden, batch): the four cases of iss
 
 
 def _batches(algo: str, obs: int, out: int, batch: int, seed: int) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    batches = []
-    for _ in range(8):
-        b = {
-            "obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "next_obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "reward": rng.standard_normal(batch).astype(np.float32),
-            "done": (rng.random(batch) < 0.05).astype(np.float32),
-        }
-        if algo == "dqn":
-            b["action"] = rng.integers(0, out, batch)
-        else:
-            b["action"] = rng.uniform(-1, 1, (batch, out)).astype(np.float32)
-        batches.append(b)
-    return batches
+    return random_update_batches(algo, obs, out, batch, seed=seed)
 
 
 class _Arm:

@@ -15,26 +15,13 @@ from actorq.algos.capture import current_update_path as current
 from actorq.learner.device import CudaInfo, resolve_device
 from actorq.learner.update_path import setup_learner
 from actorq.models import MLPSpec
+from actorq.testing.batches import random_update_batches
 
 pytestmark = pytest.mark.gpu
 
 
 def _batches(algo: str, obs: int, out: int, batch: int, n: int = 4) -> list[dict]:
-    rng = np.random.default_rng(0)
-    batches = []
-    for _ in range(n):
-        b = {
-            "obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "next_obs": rng.standard_normal((batch, obs), dtype=np.float32),
-            "reward": rng.standard_normal(batch).astype(np.float32),
-            "done": (rng.random(batch) < 0.05).astype(np.float32),
-        }
-        if algo == "dqn":
-            b["action"] = rng.integers(0, out, batch)
-        else:
-            b["action"] = rng.uniform(-1, 1, (batch, out)).astype(np.float32)
-        batches.append(b)
-    return batches
+    return random_update_batches(algo, obs, out, batch, n)
 
 
 def test_auto_puts_a_big_dqn_on_the_gpu() -> None:
