@@ -159,5 +159,5 @@ redis-acl: $(STAMP)  ## Redis ACL file + per-service passwords in certs/redis; A
 clean:
 	rm -rf $(VENV) .deploy-tools .pytest_cache .ruff_cache .mypy_cache
 
-bench-links: $(STAMP)  ## actors in other network namespaces over tbf-shaped links: lag, bytes/s by broadcast kind (BENCHMARKS.md 19; root; ARGS=--links 1000,100,20 --kinds fp32,int8-delta --seeds 0,1,2)
+bench-links: $(STAMP)  ## actors in other network namespaces over tbf-shaped links: lag, bytes/s by broadcast kind (BENCHMARKS.md 22; root; ARGS=--links 1000,100,20 --kinds fp32,int8-delta --seeds 0,1,2)
 	$(PY) bench/bench_links.py $(ARGS)

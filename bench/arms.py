@@ -5,8 +5,11 @@ Shared by the bench scripts (run as `python bench/NAME.py`, so this folder is on
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import subprocess
+from pathlib import Path
 
 from actorq.procutil import sigterm_interrupts, wait_or_stop
 
@@ -38,3 +41,33 @@ def run_quietly(cmd: list[str], env: dict[str, str]) -> int:
     )
     with sigterm_interrupts():
         return wait_or_stop(child)
+
+
+def cpu_label() -> str:
+    """CPU model, the SIMD flags that decide int8 speed, and the core count."""
+    path = Path("/proc/cpuinfo")
+    lines = path.read_text().splitlines() if path.exists() else []
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if "model name" in ln), "")
+    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile")
+    present = ", ".join(f for f in wanted if f in flags)
+    return f"{model or platform.processor()} ({present}), {os.cpu_count()} cores"
+
+
+def steady_rates(run_dir: Path, skip: float, min_window: float = 5.0) -> dict[str, float]:
+    """Env steps/s and updates/s of an `actorq run` folder, between the first progress row
+    at or after `skip` seconds that has env steps and the last row."""
+    with (run_dir / "metrics.jsonl").open() as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    rows = [r for r in rows if r.get("wall_seconds") is not None]
+    start = next((r for r in rows if r["wall_seconds"] >= skip and r.get("env_steps")), None)
+    end = rows[-1] if rows else None
+    if start is None or end is None or end["wall_seconds"] - start["wall_seconds"] < min_window:
+        raise RuntimeError(f"{run_dir}: too few progress rows after {skip:g} s")
+    span = end["wall_seconds"] - start["wall_seconds"]
+    return {
+        "env_steps_per_s": (end["env_steps"] - start["env_steps"]) / span,
+        "updates_per_s": (end["learner_updates"] - start["learner_updates"]) / span,
+        "window_s": span,
+        "eval_return": end.get("eval_mean_return") or float("nan"),
+    }

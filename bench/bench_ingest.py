@@ -38,13 +38,13 @@ from collections.abc import Callable
 import numpy as np
 import redis
 
+from actorq.actor.columns import PendingTransitions
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis
 from actorq.replay import (
     RedisReplayReader,
     RedisReplayWriter,
     ReplayStorage,
-    TransitionBatch,
     decode_batch,
 )
 from actorq.replay.bulk import decode_run, layout_of
@@ -77,7 +77,7 @@ def actor_batches(count: int, push_every: int, seed: int) -> list:
     env = gymnasium.make_vec("CartPole-v1", num_envs=ENVS, vectorization_mode="sync")
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
-    batches, pending = [], _actor_packer()
+    batches, pending = [], PendingTransitions()  # the actor's plain-path buffer
     while len(batches) < count:
         greedy = rng.integers(0, 2, ENVS)
         taken = np.where(rng.random(ENVS) < 0.1, rng.integers(0, 2, ENVS), greedy)
@@ -90,41 +90,6 @@ def actor_batches(count: int, push_every: int, seed: int) -> list:
             pending.clear()
     env.close()
     return batches
-
-
-def _actor_packer():  # type: ignore[no-untyped-def]
-    """The actor's own pending buffer (the wire format is `encode_batch`'s either way)."""
-    try:
-        from actorq.actor.loop import _PendingTransitions
-    except ImportError:  # the actor loop was reorganised: pack as its buffer did
-        print("note: actorq.actor.loop._PendingTransitions not found; packing locally")
-        return _LocalPacker()
-    return _PendingTransitions()
-
-
-class _LocalPacker:
-    """What `_PendingTransitions` did: concatenate per-step parts into one batch."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple] = []
-        self.count = 0
-
-    def add(self, obs, taken, reward, next_obs, done, _steps, greedy, logp) -> None:  # type: ignore[no-untyped-def]
-        self.parts.append((obs, taken, reward, next_obs, done, greedy, logp))
-        self.count += len(taken)
-
-    def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        c = [np.concatenate(col) for col in zip(*self.parts, strict=True)]
-        return TransitionBatch(
-            obs=c[0].astype(np.float32), action=c[1].astype(np.int64),
-            reward=c[2].astype(np.float32), next_obs=c[3].astype(np.float32),
-            done=c[4].astype(bool), actor_id=actor_id, policy_version=version,
-            precision=precision, behaviour=c[5].astype(np.int64), behaviour_logp=c[6],
-        )  # fmt: skip
-
-    def clear(self) -> None:
-        self.parts.clear()
-        self.count = 0
 
 
 def push(client: redis.Redis, keys: RedisKeys, batches: list, total: int) -> tuple[int, int]:

@@ -18,39 +18,12 @@ Learning is not measured here (returns after 45 s mean little): see `actorq stud
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from arms import run_quietly
-
-
-def cpu_label() -> str:
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    model = next((ln.split(":", 1)[1].strip() for ln in lines if "model name" in ln), "")
-    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
-    wanted = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni") if f in flags]
-    return f"{model or platform.processor()} ({', '.join(wanted)}), {os.cpu_count()} cores"
-
-
-def steady_rates(run_dir: Path, skip: float) -> dict[str, float]:
-    """Env steps/s and updates/s between `skip` seconds and the last progress row."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
-    rows = [r for r in rows if r.get("wall_seconds") is not None]
-    start = next((r for r in rows if r["wall_seconds"] >= skip), None)
-    end = rows[-1] if rows else None
-    if start is None or end is None or end["wall_seconds"] - start["wall_seconds"] < 5:
-        raise RuntimeError(f"{run_dir}: too few progress rows after {skip} s")
-    span = end["wall_seconds"] - start["wall_seconds"]
-    return {
-        "env_steps_per_s": (end["env_steps"] - start["env_steps"]) / span,
-        "updates_per_s": (end["learner_updates"] - start["learner_updates"]) / span,
-        "eval_return": end.get("eval_mean_return") or float("nan"),
-    }
+from arms import cpu_label, run_quietly, steady_rates
 
 
 def run_one(args, hidden: str, spi: str, precision: str, seed: int, out: Path) -> dict:

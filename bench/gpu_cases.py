@@ -51,12 +51,9 @@ def _stepper(learner):
     """One update as the learner loop runs it: through the captured runner's submit (no
     host sync per update, results drained in batches) where a captured path is applied,
     else `learner.update`. Returns (step, drain)."""
-    try:
-        from actorq.algos.capture import captured_runner  # type: ignore[attr-defined]
-    except ImportError:
-        runner = None
-    else:
-        runner = captured_runner(learner)
+    from actorq.algos.capture import captured_runner
+
+    runner = captured_runner(learner)
     if runner is None:
         return learner.update, lambda: None
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gpu_tables as tables
+from arms import cpu_label
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -121,7 +122,7 @@ def stage_env(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> Non
         run_cmd(["git", "rev-parse", "--short", "HEAD"], 10) if _has("git") else (1, "")
     )
     facts.update(
-        python=platform.python_version(), cpu=tables.cpu_label(), cores=os.cpu_count(),
+        python=platform.python_version(), cpu=cpu_label(), cores=os.cpu_count(),
         nvidia_smi=smi.strip() if smi_code == 0 else "not available",
         commit=commit.strip() if git_code == 0 else "unknown",
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
+import arms
+
 AUTO_TOLERANCE = 1.10  # issue 29: auto never picks a path slower than the other by > 10%
 SCALING_TARGET = 4.0  # issue 29: GPU learner >= 4x the CPU learner's env steps/s, 14 actors
-
-
-def cpu_label() -> str:
-    path = Path("/proc/cpuinfo")
-    lines = path.read_text().splitlines() if path.exists() else []
-    model = next((ln.split(":", 1)[1].strip() for ln in lines if "model name" in ln), "")
-    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
-    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile")
-    return f"{model or platform.processor()} [{' '.join(f for f in wanted if f in flags)}]"
 
 
 def tail(text: str, chars: int = 1500) -> str:
@@ -27,20 +19,8 @@ def tail(text: str, chars: int = 1500) -> str:
 
 
 def steady_rates(run_dir: Path, skip: float) -> dict[str, float]:
-    """Env steps/s and updates/s between `skip` seconds and the last progress row."""
-    with (run_dir / "metrics.jsonl").open() as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    rows = [r for r in rows if r.get("wall_seconds") is not None]
-    start = next((r for r in rows if r["wall_seconds"] >= skip and r.get("env_steps")), None)
-    end = rows[-1] if rows else None
-    if start is None or end is None or end["wall_seconds"] - start["wall_seconds"] < 2:
-        raise RuntimeError(f"{run_dir}: too few progress rows after {skip:g} s")
-    span = end["wall_seconds"] - start["wall_seconds"]
-    return {
-        "env_steps_per_s": (end["env_steps"] - start["env_steps"]) / span,
-        "updates_per_s": (end["learner_updates"] - start["learner_updates"]) / span,
-        "window_s": span,
-    }
+    """The GPU check's runs are short: a 2 s window is enough."""
+    return arms.steady_rates(run_dir, skip, min_window=2.0)
 
 
 def _fmt(value: Any, spec: str = ",.0f") -> str:

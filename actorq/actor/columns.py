@@ -1,6 +1,6 @@
 """The actor's fast path for discrete 1-step transitions (DQN): fewer Python calls per step.
 
-The plain path (actorq.actor.loop: `_PendingTransitions` and `epsilon_greedy`) masks six
+The plain path (`PendingTransitions` below, and `epsilon_greedy`) masks six
 arrays and builds a dict every vector step, then concatenates the parts at each push, and
 validates its epsilons on every call. Here:
 

@@ -390,7 +390,7 @@ def _result(values: dict[str, float], td: np.ndarray) -> Any:
             grad_norm=values["grad_norm"],
             actor_loss=values.get("actor_loss", float("nan")),
         )
-    return values  # on-policy minibatch rows: actorq.algos.capture_onpolicy averages them
+    return values  # on-policy minibatch rows: `_onpolicy_update` averages them
 
 
 def _onpolicy_update(runner: CapturedUpdate, batch: Mapping[str, Any], weights: Any = None) -> Any:

@@ -35,7 +35,7 @@ from actorq.learner.distributed import (
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.learner.rlx2 import RLx2Learning
 from actorq.learner.sampling import make_sampler
-from actorq.learner.settling import ROLLBACK_KEEP_BYTES, SettleSteps, scale_learning_rates
+from actorq.learner.settling import ROLLBACK_KEEP_BYTES, SettleSteps
 from actorq.models import MLPSpec
 from actorq.models.cnn import CNNSpec
 from actorq.redis_keys import RedisKeys
@@ -48,9 +48,7 @@ from actorq.sparse.config import SparseTrainingConfig
 
 log = logging.getLogger(__name__)
 
-# make_sampler and scale_learning_rates moved to actorq.learner.sampling and .settling;
-# still importable from here.
-__all__ = ["Learner", "LearnerCounters", "make_sampler", "scale_learning_rates"]
+__all__ = ["Learner"]
 
 
 class Learner(SettleSteps):

@@ -34,6 +34,7 @@ import panels_training
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.builders.common import ReduceDataOptions
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import BigValueTextMode
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 from panels_common import Panel
 
@@ -61,6 +62,7 @@ def _panel(panel: Panel, panel_id: int):
     builder = stat.Panel() if panel.kind == "stat" else timeseries.Panel()
     if panel.kind == "stat":
         builder.reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
+        builder.text_mode(BigValueTextMode(panel.text_mode))
     builder.id(panel_id).title(panel.title).description(panel.description)
     builder.datasource(DATASOURCE).unit(panel.unit)
     builder.height(4 if panel.kind == "stat" else 8).span(panel.width)

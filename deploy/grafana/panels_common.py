@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Actor series carry their own instance label (actor-<n> or evaluator; scrape configs use
 # honor_labels). Training panels leave the greedy evaluator out.
@@ -27,7 +27,7 @@ class Panel:
     kind: str = "timeseries"  # or "stat"
     description: str = ""
     width: int = 12
-    extra: dict = field(default_factory=dict)
+    text_mode: str = "auto"  # stat panels: "name" shows the legend (an info metric's labels)
 
 
 def _q(expr: str, legend: str = "") -> Query:

@@ -10,6 +10,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
         "Learner and replay",
         [
             Panel(
+                "Learner device",
+                [
+                    _q(
+                        "max by (device, update_path, dtype) (actorq_learner_info)",
+                        "{{device}} {{update_path}} {{dtype}}",
+                    )
+                ],
+                "none",
+                "stat",
+                "Where the learner trains (cpu, cuda, cuda:N), how its updates run (numpy-flat, "
+                "torch-eager, cuda-graph, compiled) and its weights' dtype (docs/gpu-learner.md).",
+                24,
+                text_mode="name",
+            ),
+            Panel(
                 "Learner updates/s",
                 [_q("sum(rate(actorq_learner_updates_total[$w]))", "updates/s")],
                 "short",

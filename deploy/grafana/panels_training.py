@@ -25,20 +25,6 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 4,
             ),
             Panel(
-                "Learner device",
-                [
-                    _q(
-                        "max by (device, update_path, dtype) (actorq_learner_info)",
-                        "{{device}} {{update_path}} {{dtype}}",
-                    )
-                ],
-                "none",
-                "stat",
-                "Where the learner trains (cpu, cuda, cuda:N), how its updates run (numpy-flat, "
-                "torch-eager, cuda-graph, compiled) and its weights' dtype (docs/gpu-learner.md).",
-                4,
-            ),
-            Panel(
                 "Policy version",
                 [_q("max(actorq_learner_policy_version)", "learner")],
                 "none",

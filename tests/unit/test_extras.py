@@ -57,7 +57,7 @@ def test_pixel_envs_and_codec_without_the_extra(absent) -> None:
 
 def test_plots_and_prioritized_replay_without_their_extras(absent, tmp_path) -> None:
     from actorq.config import LearnerSettings
-    from actorq.learner.loop import make_sampler
+    from actorq.learner.sampling import make_sampler
     from actorq.study.report import _pyplot
 
     absent("matplotlib", "numba")
