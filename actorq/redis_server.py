@@ -96,7 +96,7 @@ class EmbeddedRedis:
     survive a restart on the same `data_dir`.
 
     The append-only file is rewritten (compacted to the live data, RDB-encoded) each time
-    it reaches `aof_rewrite_min_mb` and has doubled since its last rewrite, so its size
+    it reaches `aof_rewrite_min_mb` and has grown by half since its last rewrite, so its size
     follows the live data (bounded by the replay stream's cap), not the transitions ever
     written (docs/ingest-and-run-defaults.md states the bound).
     """
@@ -158,7 +158,7 @@ class EmbeddedRedis:
         # Rewrite the AOF whenever it doubles past the floor; RDB-encoded, the rewritten
         # file is ~4x smaller than the XADD commands it replaces (CartPole transitions).
         args += ["--auto-aof-rewrite-min-size", f"{self.aof_rewrite_min_mb}mb"]
-        args += ["--auto-aof-rewrite-percentage", "100", "--aof-use-rdb-preamble", "yes"]
+        args += ["--auto-aof-rewrite-percentage", "50", "--aof-use-rdb-preamble", "yes"]
         args += ["--dir", str(data_dir), "--daemonize", "no"]
         with open(self._log_path, "wb") as log_file:
             self._proc = subprocess.Popen(

@@ -16,7 +16,9 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-RUN_FOLDER_BOUND = 128 * 2**20  # CartPole-sized transitions, default stream cap
+# CartPole-sized transitions, default stream cap (docs/ingest-and-run-defaults.md: 116.6
+# MiB peak seen at ~71k transitions/s on a quiet 2-core machine)
+RUN_FOLDER_BOUND = 192 * 2**20
 REWRITE_FLOOR = 32 * 2**20  # actorq.redis_server.AOF_REWRITE_MIN_MB
 
 
@@ -55,6 +57,7 @@ def test_throughput_run_folder_stays_bounded(tmp_path: Path) -> None:
     config = json.loads((run_dir / "config.json").read_text())
     assert summary["stop_reason"] == "time budget 45s spent", summary["stop_reason"]
     assert config["max_env_steps"] == 0 and config["settle_at"] is None
+    print(f"peak {peak} redis {peak_redis} inserted {summary['transitions_inserted']}")
     assert peak < RUN_FOLDER_BOUND, (peak, summary["transitions_inserted"])
     assert _bytes(run_dir) < RUN_FOLDER_BOUND
     log = "\n".join(p.read_text() for p in (run_dir / "redis").glob("redis-*.log"))
