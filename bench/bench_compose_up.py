@@ -52,7 +52,7 @@ def main() -> int:
     healthy_at = None
     try:
         stack.compose("up", "-d", "--scale", f"actor={args.actors}")
-        print(f"up -d returned after {time.monotonic() - started:.0f} s")
+        print(f"up -d returned after {time.monotonic() - started:.0f} s; {stack.cpu_weight()}")
         next_report = args.every
         while time.monotonic() - started < args.timeout:
             elapsed = time.monotonic() - started

@@ -5,6 +5,12 @@
 #                                    missing, starts dockerd and writes its pid to $PIDFILE
 #   scripts/docker_engine.sh stop    stops dockerd only if `start` started it ($PIDFILE)
 # An engine that was already running is used as it is and never stopped.
+# CPU weight: an engine started here puts each container's cgroup at the root
+# (--cgroup-parent /, cgroupfs driver), so every container weighs what one process does.
+# Docker's default parent (/docker) gives ALL containers together the weight of ONE process:
+# 32 actors beside two CPU hogs then get a third of the CPU (docs/containers.md, BENCHMARKS
+# 24). ACTORQ_DOCKER_CGROUP_PARENT="" keeps Docker's default; systemd hosts (systemd
+# cgroup driver) are left as they are.
 set -euo pipefail
 PIDFILE=${ACTORQ_DOCKERD_PIDFILE:-/tmp/actorq-dockerd.pid}
 LOG=${ACTORQ_DOCKERD_LOG:-/tmp/actorq-dockerd.log}
@@ -23,9 +29,14 @@ start() {
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
       docker.io >/dev/null
   fi
-  echo "docker engine: starting dockerd (log $LOG)"
+  local flags=()
+  local parent=${ACTORQ_DOCKER_CGROUP_PARENT-/}
+  if [ -n "$parent" ] && [ "$(cat /proc/1/comm 2>/dev/null)" != systemd ]; then
+    flags+=(--cgroup-parent "$parent")
+  fi
+  echo "docker engine: starting dockerd ${flags[*]} (log $LOG)"
   # setsid: dockerd outlives this script (and the test that ran it) until `stop`.
-  $SUDO setsid dockerd --pidfile "$PIDFILE.dockerd" >"$LOG" 2>&1 </dev/null &
+  $SUDO setsid dockerd --pidfile "$PIDFILE.dockerd" "${flags[@]}" >"$LOG" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 60); do
     if engine_answers; then

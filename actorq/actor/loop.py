@@ -184,6 +184,8 @@ class Actor(_EnvWorker):
         self.version_of_pending = 0
         self.precision = "int8"
         self.limiter = _actor_limiter(settings)
+        # Exported at 0 from the start: an actor never held back reads 0, not "no data".
+        metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance)
         self._backoff = 0.05
         # Runtime breakdown of each env-loop step (actorq.breakdown).
         self.clock = PhaseClock(LOOP_PHASES, metrics.ACTOR_STEP_PHASE_SECONDS, (self.instance,))

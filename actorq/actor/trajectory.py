@@ -98,6 +98,8 @@ class TrajectoryActor(_EnvWorker):
         space = self.env.single_observation_space
         self.buffer = _SegmentBuffer(s.unroll_length, self.env.num_envs, space.shape, space.dtype)
         self.writer = SegmentWriter(self.client, self.keys, codec=s.obs_codec)
+        # Exported at 0 from the start: an actor never held back reads 0, not "no data".
+        metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance)
         self.inserted = 0  # transitions acknowledged by Redis
         self.segments = 0
         self.segment_bytes = 0

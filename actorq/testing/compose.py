@@ -136,6 +136,27 @@ class ComposeStack:
                          f"(failing streak {health.get('FailingStreak')})")  # fmt: skip
         return "\n".join(lines)
 
+    def cpu_weight(self) -> str:
+        """Where the project's containers sit in the CPU cgroup tree, as one line: under
+        Docker's default parent (/docker) all of them together weigh one process; at the
+        root (scripts/docker_engine.sh's --cgroup-parent /) each weighs one process."""
+        for info in self.containers():
+            pid = info["State"].get("Pid") or 0
+            try:
+                lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid else []
+            except OSError:
+                continue
+            for line in lines:
+                _, controllers, path = line.split(":", 2)
+                if "cpu" in controllers.split(",") or controllers == "":
+                    parent = path.rsplit("/", 1)[0] or "/"
+                    shares = Path("/sys/fs/cgroup/cpu") / parent.lstrip("/") / "cpu.shares"
+                    weight = shares.read_text().strip() if shares.exists() else "?"
+                    return (f"containers' CPU cgroup parent {parent} (cpu.shares {weight}: "
+                            + ("each container weighs one process)" if parent == "/"
+                               else "all containers together weigh one process at 1024)"))
+        return "containers' CPU cgroup: not readable"
+
     def wait_healthy(self, expected_actors: int, timeout: float) -> float:
         """Seconds until `expected_actors` actors and every actorq service are healthy;
         on timeout an AssertionError that says where each service stands."""

@@ -77,6 +77,7 @@ def stack(local_images: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         with cpu_hogs(HOGS):
             stack.compose("up", "-d", "--scale", f"actor={ACTORS}")
+            print(f"compose: {stack.cpu_weight()}")
             stack.wait_healthy(ACTORS, HEALTHY_WITHIN_S)
         load = os.getloadavg()[0]
         print(f"compose: {ACTORS} actors, all healthy {time.monotonic() - started:.0f} s "
