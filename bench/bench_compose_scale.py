@@ -11,6 +11,8 @@ queries, window apart). Prints one markdown table (BENCHMARKS.md "Containers at 
 
     make bench-compose                 # ARGS="--actors 1,2,4 --window 30" to change
     make bench-compose ARGS="--actors 8,16,32 --arms compose,processes"
+    make bench-compose ARGS="--actors 32 --arms compose,processes --rounds 3 \
+        --samples-per-insert 0.125"     # actor-bound: what containers cost the actors
 
 The processes arm runs `actorq run` with the compose defaults (CartPole-v1, 64x64, int8,
 8 envs per actor, samples per insert 16, learner torch threads 2, no settling, no target)
@@ -60,10 +62,13 @@ def memory_mib(stack: ComposeStack) -> dict[str, float]:
     return usage
 
 
-def measure(docker: str, actors: int, warmup: float, window: float) -> dict[str, float]:
+def measure(
+    docker: str, actors: int, warmup: float, window: float, spi: str = "16"
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as work:
         stack = ComposeStack(docker, f"actorq-bench-{uuid.uuid4().hex[:6]}", Path(work),
                              find_free_port())  # fmt: skip
+        stack.env["ACTORQ_SAMPLES_PER_INSERT"] = spi
         started = time.monotonic()
         try:
             stack.compose("up", "-d", "--scale", f"actor={actors}")
@@ -94,18 +99,20 @@ def measure(docker: str, actors: int, warmup: float, window: float) -> dict[str,
 
 PROCESS_FLAGS = [  # the compose defaults (docker-compose.yml), as `actorq run` flags
     "--env", "CartPole-v1", "--hidden", "64,64", "--precision", "int8",
-    "--envs-per-actor", "8", "--samples-per-insert", "16", "--settle-at", "none",
+    "--envs-per-actor", "8", "--settle-at", "none",
     "--target-return", "none", "--max-env-steps", str(10**12),
 ]  # fmt: skip
 
 
-def measure_processes(actors: int, warmup: float, window: float) -> dict[str, float]:
+def measure_processes(
+    actors: int, warmup: float, window: float, spi: str = "16"
+) -> dict[str, float]:
     """`actorq run --actors N`: env steps/s and updates/s over the window, from the
     launcher's metrics.jsonl; stopped with SIGINT (its normal, ordered shutdown)."""
     with tempfile.TemporaryDirectory() as work:
         run_dir = Path(work) / "run"
         argv = [sys.executable, "-m", "actorq", "run", "--actors", str(actors), *PROCESS_FLAGS,
-                "--run-dir", str(run_dir)]  # fmt: skip
+                "--samples-per-insert", spi, "--run-dir", str(run_dir)]  # fmt: skip
         env = {**os.environ, "ACTORQ_TORCH_THREADS": "2"}  # compose's learner threads
         started = time.monotonic()
         log_path = Path(work) / "actorq-run.log"  # a file: a full pipe would block the run
@@ -191,6 +198,10 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds after first update")
     parser.add_argument("--window", type=float, default=40.0, help="measurement seconds")
     parser.add_argument("--arms", default="compose", help="compose, processes or both")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per size")
+    parser.add_argument(
+        "--samples-per-insert", default="16", help="16: compose's default; 0.125: actor-bound"
+    )
     args = parser.parse_args()
     sizes = [int(n) for n in args.actors.split(",")]
     arms = args.arms.split(",")
@@ -203,24 +214,35 @@ def main() -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; docker {docker}")
     print("| arm | actors | up -> all healthy (s) | env steps/s | learner updates/s | broadcast "
           "KiB/s | actor MiB median / max | learner MiB | quantizer MiB | all containers "
-          "MiB |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for i, n in enumerate(sizes):
-        order = arms if i % 2 == 0 else arms[::-1]  # interleaved: alternate which goes first
-        for arm in order:
-            _row(arm, docker, n, args)
+          "MiB | load |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    try:  # a bad value fails here, before any stack starts
+        if float(args.samples_per_insert) <= 0:
+            raise ValueError
+    except ValueError:
+        parser.error(
+            f"--samples-per-insert: expected a number > 0, got {args.samples_per_insert!r}"
+        )
+    print(f"samples per insert {args.samples_per_insert}; load average {os.getloadavg()[0]:.1f}")
+    turn = 0
+    for n in sizes:
+        for _ in range(args.rounds):
+            order = arms if turn % 2 == 0 else arms[::-1]  # interleaved: alternate who's first
+            turn += 1
+            for arm in order:
+                _row(arm, docker, n, args)
     return 0
 
 
 def _row(arm: str, docker: str | None, n: int, args: argparse.Namespace) -> None:
     if arm == "compose":
-        r = measure(docker, n, args.warmup, args.window)
+        r = measure(docker, n, args.warmup, args.window, args.samples_per_insert)
     else:
-        r = measure_processes(n, args.warmup, args.window)
+        r = measure_processes(n, args.warmup, args.window, args.samples_per_insert)
     print(f"| {arm} | {n} | {r['healthy_s']:.0f} | {r['env_steps']:,.0f} | {r['updates']:.1f} "
           f"| {r['broadcast_bytes'] / 1024:.1f} | {r['actor_mib_median']:.0f} / "
           f"{r['actor_mib_max']:.0f} | {r['learner_mib']:.0f} | {r['quantizer_mib']:.0f} | "
-          f"{r['total_mib']:,.0f} |", flush=True)  # fmt: skip
+          f"{r['total_mib']:,.0f} | {os.getloadavg()[0]:.1f} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

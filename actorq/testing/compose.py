@@ -152,9 +152,11 @@ class ComposeStack:
                     parent = path.rsplit("/", 1)[0] or "/"
                     shares = Path("/sys/fs/cgroup/cpu") / parent.lstrip("/") / "cpu.shares"
                     weight = shares.read_text().strip() if shares.exists() else "?"
-                    return (f"containers' CPU cgroup parent {parent} (cpu.shares {weight}: "
-                            + ("each container weighs one process)" if parent == "/"
-                               else "all containers together weigh one process at 1024)"))
+                    return f"containers' CPU cgroup parent {parent} (cpu.shares {weight}: " + (
+                        "each container weighs one process)"
+                        if parent == "/"
+                        else "all containers together weigh one process at 1024)"
+                    )
         return "containers' CPU cgroup: not readable"
 
     def wait_healthy(self, expected_actors: int, timeout: float) -> float:

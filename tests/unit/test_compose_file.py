@@ -4,16 +4,31 @@ actorq service runs under an init and is probed over HTTP without Python; per-ro
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from actorq.testing.compose import ACTORQ_SERVICES, COMPOSE_FILES, compose_binary
 
 
-def test_every_actorq_service_has_init_and_the_http_probe() -> None:
+def _services(**env: str) -> dict:
     files = [a for f in COMPOSE_FILES for a in ("-f", str(f))]
     command = [compose_binary(), *files, "config", "--format", "json"]
-    config = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60)
-    services = json.loads(config.stdout)["services"]
+    environ = {k: v for k, v in os.environ.items() if k != "ACTORQ_PROBE_INTERVAL"}
+    config = subprocess.run(command, capture_output=True, text=True, check=True, timeout=60,
+                            env={**environ, **env})  # fmt: skip
+    return json.loads(config.stdout)["services"]
+
+
+def test_probe_interval_is_10s_unless_set() -> None:
+    """Each probe costs the host ~50 ms of Docker exec CPU: big fleets may probe less often."""
+    default, relaxed = _services(), _services(ACTORQ_PROBE_INTERVAL="30s")
+    for name in ACTORQ_SERVICES:
+        assert default[name]["healthcheck"]["interval"] == "10s", name
+        assert relaxed[name]["healthcheck"]["interval"] == "30s", name
+
+
+def test_every_actorq_service_has_init_and_the_http_probe() -> None:
+    services = _services()
     for name in ACTORQ_SERVICES:
         assert services[name]["init"] is True, name
         assert services[name]["healthcheck"]["test"] == ["CMD", "actorq-healthz"], name
