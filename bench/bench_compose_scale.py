@@ -11,8 +11,10 @@ queries, window apart). Prints one markdown table (BENCHMARKS.md "Containers at 
 
     make bench-compose                 # ARGS="--actors 1,2,4 --window 30" to change
     make bench-compose ARGS="--actors 8,16,32 --arms compose,processes"
-    make bench-compose ARGS="--actors 32 --arms compose,processes --rounds 3 \
-        --samples-per-insert 0.125"     # actor-bound: what containers cost the actors
+    make bench-compose ARGS="--actors 32 --arms compose,processes --rounds 2 \
+        --samples-per-insert 0.125"
+Env steps/s stay bounded by the learner (updates/s x batch / samples-per-insert): at 0.125
+and 32 actors on 2 cores both arms read exactly updates/s x 1,024 (BENCHMARKS 24b).
 
 The processes arm runs `actorq run` with the compose defaults (CartPole-v1, 64x64, int8,
 8 envs per actor, samples per insert 16, learner torch threads 2, no settling, no target)
@@ -200,7 +202,7 @@ def main() -> int:
     parser.add_argument("--arms", default="compose", help="compose, processes or both")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per size")
     parser.add_argument(
-        "--samples-per-insert", default="16", help="16: compose's default; 0.125: actor-bound"
+        "--samples-per-insert", default="16", help="16: compose's default; lower: more env steps"
     )
     args = parser.parse_args()
     sizes = [int(n) for n in args.actors.split(",")]

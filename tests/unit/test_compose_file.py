@@ -39,6 +39,9 @@ def test_every_actorq_service_has_init_and_the_http_probe() -> None:
         assert services[name]["image"] == "actorq:core", name
         assert services[name]["build"]["args"]["EXTRAS"] == "", name
     assert services["learner"]["image"] == "actorq:latest"
+    # The learner's two torch threads weigh two processes, not one (BENCHMARKS 24b).
+    assert services["learner"]["cpu_shares"] == 2048
+    assert "cpu_shares" not in services["actor"]
     # Actors start beside the learner once the quantizer is healthy (they wait for the
     # learner's first policy by themselves).
     for name in ("actor", "evaluator"):
