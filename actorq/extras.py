@@ -14,7 +14,7 @@ from types import ModuleType
 # extra -> the top-level modules it brings (pyproject.toml [project.optional-dependencies]).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "mujoco": ("mujoco", "dm_control", "imageio"),
-    "atari": ("ale_py", "minatar", "zstandard"),
+    "atari": ("ale_py", "minatar"),
     "plots": ("matplotlib",),
     "prioritized": ("numba",),
     "cluster": ("docker",),

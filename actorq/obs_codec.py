@@ -7,7 +7,7 @@ zstd at level 1 shrinks a MinAtar observation ~17x for a fraction of a milliseco
 
 from __future__ import annotations
 
-from actorq.extras import require
+import zstandard
 
 CODECS = ("none", "zstd")
 
@@ -25,8 +25,6 @@ def compress(data: bytes, codec: str) -> bytes:
     check_codec(codec)
     if codec == "none":
         return data
-    # only processes that see pixels pay for the import
-    zstandard = require("zstandard", "atari", "zstd pixel observations")
     return zstandard.ZstdCompressor(level=1).compress(data)
 
 
@@ -39,7 +37,6 @@ def decompress(data: bytes, codec: str, size: int) -> bytes:
     check_codec(codec)
     if codec == "none":
         return data
-    zstandard = require("zstandard", "atari", "zstd pixel observations")
     try:
         declared = zstandard.frame_content_size(data)
         if declared not in (-1, size):

@@ -4,6 +4,7 @@ Each arm: a fresh hub namespace (Redis, quantizer, learner) and one namespace pe
 each joined to the hub by its own veth pair shaped with `tc tbf` both ways
 (actorq.testing.netns). The arm itself runs inside the hub namespace (bench/links_arm.py)
 and reports broadcast bytes/s, policy lag in versions (median, p95, per transition),
+policy age in learner updates (does not shrink when fewer versions are stored),
 publish-to-first-use time, env steps/s, learner updates/s and the actors' training
 returns by env step. Arms run interleaved (for each seed: every link, every kind), each in
 its own namespaces, which are removed afterwards; stale ones from a killed run are
@@ -87,6 +88,7 @@ def _fmt(value, digits: int = 1) -> str:
 def table(results: list[dict]) -> str:
     head = ("| link | kind | seed | versions/s | broadcast KB/s | lag mean | median | p95 "
             "| superseded median s | p95 s | first use median s | p95 s | versions used "
+            "| age (updates) mean | median | p95 "
             "| env steps/s | updates/s "
             "| return @E |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -103,6 +105,8 @@ def table(results: list[dict]) -> str:
             f"| {_fmt(r['lag_p95'], 0)} | {_fmt(r['superseded_median_s'], 2)} "
             f"| {_fmt(r['superseded_p95_s'], 2)} | {_fmt(r['first_use_median_s'], 2)} "
             f"| {_fmt(r['first_use_p95_s'], 2)} | {r['versions_used_share']:.2f} "
+            f"| {_fmt(r.get('age_updates_mean'), 1)} | {_fmt(r.get('age_updates_median'), 0)} "
+            f"| {_fmt(r.get('age_updates_p95'), 0)} "
             f"| {r['env_steps_per_s']:.0f} | {r['learner_updates_per_s']:.1f} | {_fmt(ret)} |"
         )
     lines.append(f"\nreturn @E: mean training return of the last 20 episodes ended by "

@@ -78,6 +78,8 @@ class Recorder:
         self.versions: list[tuple[float, int]] = []  # (unix time, newest version)
         self.batches: list[tuple[float, str, int, int]] = []  # (time, actor, version, rows)
         self.inserted: list[tuple[float, int]] = []
+        self.updates: list[tuple[float, int]] = []  # (time, learner updates reported)
+        self.steps: dict[int, int] = {}  # version -> its learner_step (policy meta)
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=f, daemon=True) for f in (self._poll, self._read)]
 
@@ -94,12 +96,19 @@ class Recorder:
     def _poll(self) -> None:
         last, tick = -1, 0
         while not self.stop.is_set():
-            latest, inserted = self.client.mget(self.keys.policy_latest, self.keys.inserted_counter)
+            latest, inserted, updates = self.client.mget(
+                self.keys.policy_latest, self.keys.inserted_counter, self.keys.learner_updates
+            )
             now = time.time()
             version = int(latest or 0)
             if version != last:
                 self.versions.append((now, version))
+                step = self.client.hget(self.keys.policy_meta(version), "learner_step")
+                if step is not None:
+                    self.steps[version] = int(step)
                 last = version
+            if not self.updates or self.updates[-1][1] != int(updates or 0):
+                self.updates.append((now, int(updates or 0)))
             if tick % 10 == 0:
                 self.inserted.append((now, int(inserted or 0)))
             tick += 1
@@ -135,6 +144,11 @@ class Recorder:
             if v > version:
                 return max(0.0, t - when)
         return 0.0
+
+    def updates_at(self, t: float) -> int:
+        """Learner updates reported by time t (the learner reports every 10 updates)."""
+        i = bisect.bisect_right([u[0] for u in self.updates], t) - 1
+        return self.updates[i][1] if i >= 0 else 0
 
     def steps_at(self, t: float) -> int:
         times = [x[0] for x in self.inserted]
@@ -226,6 +240,10 @@ def summarise(spec, rec: Recorder, start, end, sent_bytes, updates, episodes) ->
     lags = np.array([rec.latest_at(t) - v for t, _a, v, _n in window], dtype=float)
     rows = np.array([n for *_x, n in window], dtype=float)
     stale = np.array([rec.superseded_for(t, v) for t, _a, v, _n in window], dtype=float)
+    # policy age in learner updates: independent of how many versions/s are stored
+    aged = [(rec.updates_at(t) - rec.steps[v], n) for t, _a, v, n in window if v in rec.steps]
+    age = np.array([a for a, _n in aged], dtype=float)
+    age_rows = np.array([n for _a, n in aged], dtype=float)
     first: dict[tuple[str, int], float] = {}
     for t, actor, version, _n in rec.batches:
         first.setdefault((actor, version), t)
@@ -249,6 +267,10 @@ def summarise(spec, rec: Recorder, start, end, sent_bytes, updates, episodes) ->
         "lag_mean": _round(float(np.average(lags, weights=rows))) if len(lags) else None,
         "superseded_median_s": _round(_weighted_quantile(stale, rows, 0.5)),
         "superseded_p95_s": _round(_weighted_quantile(stale, rows, 0.95)),
+        "age_updates_median": _weighted_quantile(age, age_rows, 0.5),
+        "age_updates_p95": _weighted_quantile(age, age_rows, 0.95),
+        "age_updates_mean": _round(float(np.average(age, weights=age_rows))) if aged else None,
+        "age_rows_share": round(float(age_rows.sum() / max(rows.sum(), 1)), 3),
         "first_use_median_s": round(float(np.median(delays)), 3) if delays else None,
         "first_use_p95_s": round(float(np.quantile(delays, 0.95)), 3) if delays else None,
         "versions_used_share": round(

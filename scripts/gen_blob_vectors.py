@@ -102,6 +102,7 @@ def build() -> dict[str, tuple[bytes, dict, dict]]:
     for name, spec, w, precision, codec, kw in (
         ("delta-int8-xz", mlp, w_mlp, P.PRECISION_INT8, P.DELTA_CODEC_XZ, {}),
         ("delta-int8-zlib", mlp, w_mlp, P.PRECISION_INT8, P.DELTA_CODEC_ZLIB, {}),
+        ("delta-int8-zstd", mlp, w_mlp, P.PRECISION_INT8, P.DELTA_CODEC_ZSTD, {}),
         ("delta-fp16-xz", mlp, w_mlp, P.PRECISION_FP16, P.DELTA_CODEC_XZ, {}),
         ("delta-sparse-xz", wide, w_wide, P.PRECISION_INT8, P.DELTA_CODEC_XZ, {}),
         ("delta-cnn-xz", cnn, _weights(cnn, 5), P.PRECISION_INT8, P.DELTA_CODEC_XZ, {}),

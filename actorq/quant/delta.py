@@ -2,8 +2,8 @@
 
 Consecutive versions share most of their int8 codes, so the quantizer can send the
 difference: for each array of the policy (in spec order, each weight's values and then
-its scales, each bias), target minus base, concatenated and compressed (xz up to
-XZ_MAX_RAW_BYTES of diff, zlib above, where xz would cost the quantizer too long). int8 codes
+its scales, each bias), target minus base, concatenated and compressed (zstd by default;
+xz and zlib deltas, which earlier quantizers wrote, still apply). int8 codes
 subtract byte-wise modulo 256 (mostly zeros and +-1); float arrays XOR their IEEE bit
 patterns (0 where unchanged). Sparse layers need nothing special: their codes travel as
 dense matrices here, so a grown or dropped weight is one changed code.
@@ -24,6 +24,7 @@ import zlib
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import zstandard
 from google.protobuf.message import DecodeError
 
 from actorq.quant.arrays import PolicyArrays, policy_payload
@@ -44,15 +45,30 @@ XZ_PRESET = 6
 (median 0.063 of the dense fp32 blob against 0.075) at ~18 ms per delta against ~4 ms;
 preset 0 saved only 2% (BENCHMARKS.md 14)."""
 
-XZ_MAX_RAW_BYTES = 1 << 20
-"""Diffs up to this size are xz-compressed and larger ones zlib-compressed: xz runs at
-~3 MB/s here, so a 1024x1024x1024 policy's 3 MB diff would take the quantizer ~1 s."""
+ZSTD_LEVEL = 1
+"""zstd level of the diff, the default codec. On consecutive int8 versions of a
+512x512x512 CartPole DQN: ~1-2 ms of CPU per delta against ~107-196 ms for xz preset 6,
+10-13% larger; levels 3 and 6 were larger than 1 on these diffs (BENCHMARKS.md 22c)."""
+
+DEFAULT_CODEC = policy_pb2.DELTA_CODEC_ZSTD
+"""What make_delta writes unless told otherwise. Until 22c it was xz up to 1 MiB of raw
+diff and zlib above: xz ran at ~3 MB/s and limited how many versions/s the quantizer
+stored on a loaded machine (BENCHMARKS.md 22)."""
 
 XZ_MEMLIMIT = 64 << 20
 """Decoder memory cap: the xz header names its dictionary size, and a forged delta must
 not make an actor allocate more than this (preset 6 needs ~9 MiB)."""
 
-_CODEC_NAMES = {policy_pb2.DELTA_CODEC_ZLIB: "zlib", policy_pb2.DELTA_CODEC_XZ: "xz"}
+ZSTD_MAX_WINDOW = 64 << 20
+"""Largest zstd window a delta may declare. The decoder's real bound is the frame's
+declared content size, which must equal the diff length the held policy needs: it decodes
+in one pass into a buffer of that size and allocates no window."""
+
+_CODEC_NAMES = {
+    policy_pb2.DELTA_CODEC_ZLIB: "zlib",
+    policy_pb2.DELTA_CODEC_XZ: "xz",
+    policy_pb2.DELTA_CODEC_ZSTD: "zstd",
+}
 
 
 def _parts(arrays: PolicyArrays) -> list[tuple[str, np.ndarray]]:
@@ -100,7 +116,7 @@ def make_delta(
 ) -> bytes | None:
     """Delta envelope from `base` to `target`, or None when they cannot be diffed
     (different spec or precision, base not newer, base digest unknown). `codec`: a
-    DeltaCodec value, or None for xz up to XZ_MAX_RAW_BYTES of diff and zlib above."""
+    DeltaCodec value, or None for DEFAULT_CODEC (zstd)."""
     new = target.arrays
     if (
         new.spec != base.spec
@@ -112,11 +128,7 @@ def make_delta(
         return None
     raw = b"".join(diff.tobytes() for _, diff in diff_parts(base, new))
     if codec is None:
-        codec = (
-            policy_pb2.DELTA_CODEC_XZ
-            if len(raw) <= XZ_MAX_RAW_BYTES
-            else policy_pb2.DELTA_CODEC_ZLIB
-        )
+        codec = DEFAULT_CODEC
     delta = policy_pb2.PolicyDelta(
         base_version=base.version,
         base_sha256=base.sha256,
@@ -205,23 +217,29 @@ def _check_applies(
     if header.tensors:
         raise BlobError("delta header must carry no tensors")
     if delta.codec not in _CODEC_NAMES:
-        raise BlobError(f"delta codec value {delta.codec} is not supported (1 = zlib, 2 = xz)")
+        raise BlobError(
+            f"delta codec value {delta.codec} is not supported (1 = zlib, 2 = xz, 3 = zstd)"
+        )
     if expected_sha256 is not None and delta.target_sha256 != expected_sha256:
         raise BlobError("delta target sha256 differs from the announced one")
 
 
 def _compress(raw: bytes, codec: int) -> bytes:
+    if codec == policy_pb2.DELTA_CODEC_ZSTD:  # the frame declares its content size
+        return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
     if codec == policy_pb2.DELTA_CODEC_XZ:
         return lzma.compress(raw, format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE, preset=XZ_PRESET)
     if codec == policy_pb2.DELTA_CODEC_ZLIB:
         return zlib.compress(raw, ZLIB_LEVEL)
-    raise ValueError(f"delta codec value {codec}: expected 1 (zlib) or 2 (xz)")
+    raise ValueError(f"delta codec value {codec}: expected 1 (zlib), 2 (xz) or 3 (zstd)")
 
 
 def _decompress(data: bytes, expected_len: int, codec: int) -> bytes:
     """The diff, exactly `expected_len` bytes from one complete stream; bounded, so a
     forged stream cannot inflate past what the held policy needs (no zip bomb)."""
     name = _CODEC_NAMES[codec]
+    if codec == policy_pb2.DELTA_CODEC_ZSTD:
+        return _decompress_zstd(data, expected_len)
     decoder: lzma.LZMADecompressor | zlib._Decompress
     if codec == policy_pb2.DELTA_CODEC_XZ:
         decoder, error = lzma.LZMADecompressor(lzma.FORMAT_XZ, XZ_MEMLIMIT), lzma.LZMAError
@@ -237,6 +255,27 @@ def _decompress(data: bytes, expected_len: int, codec: int) -> bytes:
             f"({name}, complete stream: {decoder.eof}), the held policy needs exactly "
             f"{expected_len}"
         )
+    return raw
+
+
+def _decompress_zstd(data: bytes, expected_len: int) -> bytes:
+    """One zstd frame that declares exactly `expected_len` bytes of content, checked before
+    decoding: zstandard allocates the declared size whatever `max_output_size` says, so a
+    frame declaring gigabytes is refused here, unread (no zip bomb)."""
+    try:
+        declared = zstandard.frame_content_size(data)
+        if declared != expected_len:
+            shown = "no" if declared == -1 else f"{declared}"
+            raise BlobError(
+                f"delta diff inflates to {shown} bytes (zstd frame header's content size), "
+                f"the held policy needs exactly {expected_len}"
+            )
+        decoder = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+        raw = decoder.decompress(data, max_output_size=expected_len, allow_extra_data=False)
+    except zstandard.ZstdError as err:
+        raise BlobError(f"delta diff does not inflate (zstd): {err}") from err
+    if len(raw) != expected_len:  # the frame's declared size binds the decoder; kept as a guard
+        raise BlobError(f"delta diff inflates to {len(raw)} bytes (zstd), needs {expected_len}")
     return raw
 
 

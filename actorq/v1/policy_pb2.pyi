@@ -29,6 +29,7 @@ class DeltaCodec(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELTA_CODEC_UNSPECIFIED: _ClassVar[DeltaCodec]
     DELTA_CODEC_ZLIB: _ClassVar[DeltaCodec]
     DELTA_CODEC_XZ: _ClassVar[DeltaCodec]
+    DELTA_CODEC_ZSTD: _ClassVar[DeltaCodec]
 PRECISION_UNSPECIFIED: Precision
 PRECISION_FP32: Precision
 PRECISION_FP16: Precision
@@ -43,6 +44,7 @@ DTYPE_SPARSE_INT8: DType
 DELTA_CODEC_UNSPECIFIED: DeltaCodec
 DELTA_CODEC_ZLIB: DeltaCodec
 DELTA_CODEC_XZ: DeltaCodec
+DELTA_CODEC_ZSTD: DeltaCodec
 
 class ModelSpec(_message.Message):
     __slots__ = ("kind", "obs_dim", "num_outputs", "hidden", "activation", "output_activation", "input_norm", "obs_shape", "conv", "input_scale")

@@ -1,9 +1,10 @@
 """A complete policy-blob reader written from docs/BLOB_FORMAT.md alone.
 
-Standard library + numpy; no protobuf package and no actorq code: the protobuf wire
-format is parsed by hand (varints, length-delimited fields, fixed32, packed repeated
-scalars). It covers every kind: FP32/FP16/INT8/INT4 MLPs and CNNs, sparse int8 in its
-three position forms, float fallback layers, HMAC-signed envelopes, and zlib/xz deltas
+Standard library + numpy (+ the zstandard package for zstd deltas only); no protobuf
+package and no actorq code: the protobuf wire format is parsed by hand (varints,
+length-delimited fields, fixed32, packed repeated scalars). It covers every kind:
+FP32/FP16/INT8/INT4 MLPs and CNNs, sparse int8 in its three position forms, float
+fallback layers, HMAC-signed envelopes, and zlib/xz/zstd deltas
 (including the canonical payload rebuild whose SHA-256 must match). It is the reference
 for ports; tests/unit/test_blob_vectors.py runs it on docs/blob-vectors/.
 
@@ -26,7 +27,7 @@ import numpy as np
 
 FLOAT32, FLOAT16, INT8, INT4, SPARSE_INT8 = 1, 2, 3, 4, 5
 FP32, FP16, P_INT8, P_INT4 = 1, 2, 3, 4
-CODEC_ZLIB, CODEC_XZ = 1, 2
+CODEC_ZLIB, CODEC_XZ, CODEC_ZSTD = 1, 2, 3
 
 
 class BlobError(ValueError):
@@ -333,6 +334,22 @@ def _rice_gaps(raw: bytes, n: int) -> list[int]:
 # --- deltas (section 9) ------------------------------------------------------------------
 
 
+def _zstd(diff: bytes, size: int) -> bytes:
+    """One zstd frame whose header declares exactly `size` content bytes (checked before
+    decoding, which allocates the declared size), nothing after it."""
+    import zstandard  # only zstd deltas need it
+
+    try:
+        declared = zstandard.frame_content_size(diff)
+        if declared != size:
+            raise BlobError(f"zstd frame declares {declared} bytes, the spec implies {size}")
+        return zstandard.ZstdDecompressor().decompress(
+            diff, max_output_size=size, allow_extra_data=False
+        )
+    except zstandard.ZstdError as err:
+        raise BlobError(f"zstd diff does not decompress: {err}") from err
+
+
 def apply_delta(envelope: bytes, base: Policy, secret: bytes | None = None) -> Policy:
     """The target version from a delta envelope and the held `base`, bit for bit."""
     payload, _ = verified_payload(envelope, secret)
@@ -348,6 +365,8 @@ def apply_delta(envelope: bytes, base: Policy, secret: bytes | None = None) -> P
         raw = zlib.decompress(diff)
     elif codec == CODEC_XZ:
         raw = lzma.decompress(diff, format=lzma.FORMAT_XZ, memlimit=64 << 20)
+    elif codec == CODEC_ZSTD:
+        raw = _zstd(diff, size)
     else:
         raise BlobError(f"unknown delta codec {codec}")
     if len(raw) != size:

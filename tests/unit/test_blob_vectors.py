@@ -62,6 +62,7 @@ def test_every_kind_has_a_vector():
     assert {MANIFEST["vectors"][n]["codec"] for n in DELTAS} == {
         "DELTA_CODEC_XZ",
         "DELTA_CODEC_ZLIB",
+        "DELTA_CODEC_ZSTD",
     }
     assert any(MANIFEST["vectors"][n]["signed"] for n in FULL + DELTAS)
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import lzma
+import tracemalloc
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import zstandard
 
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.quant import BlobError, build_policy_module, decode_blob, encode_policy
@@ -97,16 +101,75 @@ def test_delta_apply_equals_full_decode_bit_for_bit(
         assert torch.equal(build_policy_module(got)(obs), build_policy_module(full)(obs))
 
 
-def test_codec_is_xz_for_small_diffs_and_zlib_above_the_limit(monkeypatch) -> None:
+def test_default_codec_is_zstd_and_every_codec_round_trips() -> None:
     a, b = versions(SPEC, P.PRECISION_INT8)
     base, full = decode_blob(a.envelope), decode_blob(b.envelope)
-    for limit, codec in ((1 << 20, P.DELTA_CODEC_XZ), (100, P.DELTA_CODEC_ZLIB)):
-        monkeypatch.setattr(delta_module, "XZ_MAX_RAW_BYTES", limit)
-        envelope = make_delta(a.arrays, b) or b""
-        assert (
-            P.PolicyDelta.FromString(P.PolicyEnvelope.FromString(envelope).payload).codec == codec
-        )
+    envelope = make_delta(a.arrays, b) or b""
+    assert _codec_of(envelope) == P.DELTA_CODEC_ZSTD == delta_module.DEFAULT_CODEC
+    assert_same(apply_delta(base, envelope, expected_sha256=b.sha256), full)
+    sizes = {}
+    for codec in (P.DELTA_CODEC_ZLIB, P.DELTA_CODEC_XZ, P.DELTA_CODEC_ZSTD):
+        envelope = make_delta(a.arrays, b, codec=codec) or b""
+        assert _codec_of(envelope) == codec
         assert_same(apply_delta(base, envelope, expected_sha256=b.sha256), full)
+        sizes[codec] = len(envelope)
+    assert len(set(sizes.values())) > 1  # three different streams, not one codec thrice
+
+
+def _codec_of(envelope: bytes) -> int:
+    return P.PolicyDelta.FromString(P.PolicyEnvelope.FromString(envelope).payload).codec
+
+
+VECTORS = Path(__file__).resolve().parents[2] / "docs" / "blob-vectors"
+
+
+@pytest.mark.parametrize("name", ["delta-int8-xz", "delta-int8-zlib"])
+def test_stored_xz_and_zlib_deltas_of_earlier_quantizers_still_apply(name: str) -> None:
+    """docs/blob-vectors holds deltas written before zstd became the default."""
+    entry = json.loads((VECTORS / "manifest.json").read_text())["vectors"][name]
+    base = decode_blob((VECTORS / f"{entry['base']}.blob").read_bytes())
+    envelope = (VECTORS / f"{name}.blob").read_bytes()
+    assert P.DeltaCodec.Name(_codec_of(envelope)) == entry["codec"] != "DELTA_CODEC_ZSTD"
+    got = apply_delta(base, envelope, expected_sha256=bytes.fromhex(entry["target_sha256"]))
+    assert_same(got, decode_blob((VECTORS / f"{entry['target']}.blob").read_bytes()))
+
+
+def _zstd_delta() -> tuple[P.PolicyDelta, bytes, object]:
+    a, b = versions(SPEC, P.PRECISION_INT8)
+    envelope = P.PolicyEnvelope.FromString(make_delta(a.arrays, b) or b"")
+    delta = P.PolicyDelta.FromString(envelope.payload)
+    assert delta.codec == P.DELTA_CODEC_ZSTD
+    return delta, zstandard.ZstdDecompressor().decompress(delta.diff), decode_blob(a.envelope)
+
+
+def test_zstd_frame_declaring_a_gigabyte_is_refused_before_allocating() -> None:
+    delta, raw, base = _zstd_delta()
+    # A forger's frame: 1 GiB of zeros, a few kB on the wire, its header declaring the size.
+    chunk = zstandard.ZstdCompressor(level=1).compressobj(size=1 << 30)
+    zeros = bytes(1 << 20)
+    delta.diff = b"".join(chunk.compress(zeros) for _ in range(1024)) + chunk.flush()
+    assert len(delta.diff) < 1 << 20
+    assert zstandard.frame_content_size(delta.diff) == 1 << 30
+    tracemalloc.start()
+    try:
+        with pytest.raises(BlobError, match=rf"inflates to {1 << 30} bytes .*exactly {len(raw)}"):
+            apply_delta(base, _reseal(delta))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+def test_zstd_frame_without_a_declared_size_or_with_extra_content_is_refused() -> None:
+    delta, raw, base = _zstd_delta()
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    delta.diff = unsized.compress(raw) + unsized.flush()
+    with pytest.raises(BlobError, match=r"inflates to no bytes \(zstd frame header"):
+        apply_delta(base, _reseal(delta))
+    # the right declared size, then a second frame appended
+    delta.diff = zstandard.ZstdCompressor().compress(raw) * 2
+    with pytest.raises(BlobError, match=r"does not inflate \(zstd\).*unused data"):
+        apply_delta(base, _reseal(delta))
 
 
 def test_xz_decoder_refuses_a_stream_that_needs_more_memory_than_the_cap() -> None:
@@ -141,10 +204,14 @@ def _reseal(delta: P.PolicyDelta) -> bytes:
 
 
 def _inflate(d: P.PolicyDelta) -> bytes:
+    if d.codec == P.DELTA_CODEC_ZSTD:
+        return zstandard.ZstdDecompressor().decompress(d.diff)
     return lzma.decompress(d.diff) if d.codec == P.DELTA_CODEC_XZ else zlib.decompress(d.diff)
 
 
 def _deflate(d: P.PolicyDelta, raw: bytes) -> bytes:
+    if d.codec == P.DELTA_CODEC_ZSTD:
+        return zstandard.ZstdCompressor().compress(raw)
     return lzma.compress(raw) if d.codec == P.DELTA_CODEC_XZ else zlib.compress(raw)
 
 
@@ -174,8 +241,13 @@ def _trailing_bytes(d: P.PolicyDelta) -> None:
     d.diff = d.diff + b"\x00junk"
 
 
-def _other_codec(d: P.PolicyDelta) -> None:  # a valid stream, labelled as the other codec
-    d.codec = P.DELTA_CODEC_ZLIB if d.codec == P.DELTA_CODEC_XZ else P.DELTA_CODEC_XZ
+def _other_codec(d: P.PolicyDelta) -> None:  # a valid stream, labelled as another codec
+    others = {
+        P.DELTA_CODEC_XZ: P.DELTA_CODEC_ZSTD,
+        P.DELTA_CODEC_ZSTD: P.DELTA_CODEC_ZLIB,
+        P.DELTA_CODEC_ZLIB: P.DELTA_CODEC_XZ,
+    }
+    d.codec = others[d.codec]
 
 
 def _unknown_codec(d: P.PolicyDelta) -> None:
@@ -201,7 +273,7 @@ def _wrong_learner_step(d: P.PolicyDelta) -> None:
         (_other_base, r"applies to version 7, held is 1"),
         (_other_base_sha, r"base sha256 differs"),
         (_truncated_diff, r"inflate"),
-        (_oversized_diff, r"inflates to \d+\+ bytes"),
+        (_oversized_diff, r"inflates to \d+\+? bytes"),
         (_unknown_codec, r"codec value 9"),
         (_trailing_bytes, r"inflate"),
         (_other_codec, r"inflate"),
@@ -210,7 +282,7 @@ def _wrong_learner_step(d: P.PolicyDelta) -> None:
         (_wrong_learner_step, r"rebuilds a payload hashing to"),
     ],
 )
-@pytest.mark.parametrize("codec", [P.DELTA_CODEC_XZ, P.DELTA_CODEC_ZLIB])
+@pytest.mark.parametrize("codec", [P.DELTA_CODEC_XZ, P.DELTA_CODEC_ZLIB, P.DELTA_CODEC_ZSTD])
 def test_corrupted_delta_is_refused(mutate, pattern: str, codec: int) -> None:
     a, b = versions(SPEC, P.PRECISION_INT8)
     envelope = P.PolicyEnvelope.FromString(make_delta(a.arrays, b, codec=codec) or b"")
