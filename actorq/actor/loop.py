@@ -361,7 +361,7 @@ class Actor(_EnvWorker):
             return
         # Acknowledged: forget them now, so a later error cannot send them twice.
         self.pending.clear()
-        self.episodes.pending.clear()
+        self.episodes.clear_pending()
         self._export_loop_time()
         self._export_episodes()
         self.inserted += len(batch)

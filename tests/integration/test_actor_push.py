@@ -3,13 +3,11 @@ the same commands store the same entries and counters in a real Redis."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import redis
 
-from actorq.actor.episodes import Episode, EpisodeTracker
+from actorq.actor.episodes import EpisodeTracker, parse_episodes
 from actorq.actor.push import execute_transaction
 from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter, TransitionBatch
@@ -26,9 +24,11 @@ def _batch(n: int) -> TransitionBatch:
 
 
 def _tracker() -> EpisodeTracker:
-    tracker = EpisodeTracker(2, "actor-0", "train")
-    tracker.pending = [Episode("actor-0", "train", 10.0 + i, 10, 3, 100 * i, time.time())
-                       for i in range(5)]  # fmt: skip
+    """Six finished episodes, pending as one columnar entry."""
+    tracker = EpisodeTracker(3, "actor-0", "train")
+    for i in range(3):
+        tracker.step(np.full(3, 1.0 + i), np.array([i != 1, True, i == 2]), 3 + i, 100 * i)
+    assert tracker.pending_count == 6
     return tracker
 
 
@@ -54,13 +54,14 @@ def test_raw_push_stores_what_the_pipeline_stores(
             else:
                 pipe = redis_client.pipeline(transaction=True)
                 writer.queue(pipe, _batch(n))
-                tracker.queue(pipe, keys, 1000)
+                pipe.xadd(keys.episodes_stream, tracker.fields(), maxlen=200, approximate=True)
                 pipe.mget(keys.inserted_counter, keys.learner_sampled)
                 counters = pipe.execute()[-1]
         assert counters == [b"8", b"7"]
     raw, piped = _stored(redis_client, raw_keys), _stored(redis_client, pipe_keys)
     assert raw == piped
-    assert len(raw[0]) == 2 and len(raw[1]) == 10 and raw[2] == b"8"
+    assert len(raw[0]) == 2 and len(raw[1]) == 2 and raw[2] == b"8"  # one episodes entry a push
+    assert [parse_episodes(f) for f in raw[1]] == [tracker.pending] * 2
 
 
 def test_raw_push_raises_a_refused_command_and_the_client_stays_usable(

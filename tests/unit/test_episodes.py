@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actorq.actor.episodes import Episode, EpisodeTracker, parse_episode
+from actorq.actor.episodes import Episode, EpisodeTracker, parse_episode, parse_episodes
+from actorq.redis_keys import RedisKeys
 
 
 def test_tracker_accumulates_per_env_and_resets_on_end() -> None:
@@ -30,3 +31,33 @@ def test_episode_fields_round_trip() -> None:
 def test_malformed_episode_raises() -> None:
     with pytest.raises((KeyError, ValueError)):
         parse_episode({b"instance": b"a", b"kind": b"train", b"return": b"nan?"})
+
+
+def test_tracker_writes_its_pending_episodes_as_one_columnar_entry() -> None:
+    tracker = EpisodeTracker(4, "actor-1", "train")
+    tracker.step(np.array([1.0, 0.5, 1.0, 1.0]), np.array([False, True, False, True]), 7, 4)
+    tracker.step(np.array([1.0, 1.0, 2.0, 1.0]), np.array([True, False, True, False]), 8, 8)
+    (command,) = tracker.commands(RedisKeys("p"), maxlen=1000)
+    assert command[:6] == ("XADD", "p:episodes", "MAXLEN", "~", "250", "*")  # 1000 // 4
+    flat = command[6:]
+    fields = {str(k).encode(): str(v).encode() for k, v in zip(flat[::2], flat[1::2], strict=True)}
+    assert fields[b"return"] == b"0.5,1.0,2.0,3.0" and fields[b"version"] == b"7,7,8,8"
+    parsed = parse_episodes(fields)
+    assert parsed == tracker.pending and len(parsed) == tracker.pending_count == 4
+    assert [(e.length, e.env_steps) for e in parsed] == [(1, 4), (1, 4), (2, 8), (2, 8)]
+    tracker.clear_pending()
+    assert tracker.commands(RedisKeys("p"), 1000) == [] and tracker.count == 4
+
+
+def test_entries_with_one_episode_are_the_older_form_and_bad_lists_raise() -> None:
+    single = {
+        k.encode(): v.encode() for k, v in Episode("a", "eval", 9.0, 9, 1, 9, 1.0).fields().items()
+    }
+    assert parse_episodes(single) == [parse_episode(single)]
+    uneven = {**single, b"return": b"1.0,2.0"}
+    with pytest.raises(ValueError, match="unequal length"):
+        parse_episodes(uneven)
+    with pytest.raises(ValueError, match="one episode"):
+        parse_episode(
+            {**uneven, **{k.encode(): b"1,2" for k in ("length", "version", "env_steps", "time")}}
+        )
