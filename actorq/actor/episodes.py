@@ -1,12 +1,16 @@
 """Per-env episode bookkeeping and the episodes stream in Redis.
 
-One stream entry carries every episode a writer finished since its last write, as
-columns: each field is a comma-separated list with one value per episode (`return`
-"12.0,9.0", `length` "12,9", ...; `instance` and `kind` once). An entry with one episode
-is the older one-episode-per-entry form, so both read alike (`parse_episodes`). An actor
-at M = 128 with a weak policy finishes ~12 episodes per vector step: one XADD each, with
-an `Episode` object and its field dict, was the largest part of its push and of its
-recording (docs/actor-throughput.md); now they are a few array operations per step and
+An actor writes every episode it finished since its last push as one stream entry of
+columns: `instance`, `kind`, `count` (n, decimal text) and five little-endian arrays of
+n values each (`return` float64, `length` int64, `version` int64, `env_steps` int64,
+`time` float64; raw bytes, as the replay batches, nothing pickled). An entry without
+`count` is the one-episode text form (`Episode.fields`, and every entry written before
+this format), so both read alike through `parse_episodes`. The evaluator and the
+on-policy actors write columns too (`EpisodeTracker.flush`).
+
+An actor at M = 128 with a weak policy finishes ~12 episodes per vector step: one XADD
+each, with an `Episode` object and its field dict, was the largest part of its push and of
+its recording (docs/actor-throughput.md); now they are a few array operations per step and
 one XADD per push. The stream's cap stays about `episodes_maxlen` *episodes*: an entry of
 n episodes is written with MAXLEN ~ max(1, episodes_maxlen // n) entries.
 """
@@ -22,7 +26,7 @@ import redis
 
 from actorq.redis_keys import RedisKeys
 
-_LISTS = ("return", "length", "version", "env_steps", "time")
+_COLUMNS = {"return": "<f8", "length": "<i8", "version": "<i8", "env_steps": "<i8", "time": "<f8"}
 
 
 @dataclass(frozen=True)
@@ -49,19 +53,32 @@ class Episode:
 
 
 def parse_episodes(fields: dict[bytes, bytes]) -> list[Episode]:
-    """Every episode of one entry (inverse of `episode_fields` / `Episode.fields`);
-    ValueError/KeyError on a malformed entry (missing field, lists of unequal length)."""
-    get = {k.decode(): v.decode() for k, v in fields.items()}
-    instance, kind = get["instance"], get["kind"]
-    lists = [get[name].split(",") for name in _LISTS]
-    n = len(lists[0])
-    if any(len(values) != n for values in lists):
-        sizes = {name: len(values) for name, values in zip(_LISTS, lists, strict=True)}
-        raise ValueError(f"episode entry with lists of unequal length: {sizes}")
-    returns, lengths, versions, env_steps, times = lists
+    """Every episode of one entry (columns, or the one-episode text form);
+    ValueError/KeyError on a malformed entry (missing field, a column of another size)."""
+    if b"count" not in fields:
+        get = {k.decode(): v.decode() for k, v in fields.items()}
+        return [
+            Episode(
+                instance=get["instance"],
+                kind=get["kind"],
+                episode_return=float(get["return"]),
+                length=int(get["length"]),
+                policy_version=int(get["version"]),
+                env_steps=int(get["env_steps"]),
+                unix_time=float(get["time"]),
+            )
+        ]
+    n = int(fields[b"count"])
+    columns = []
+    for name, dtype in _COLUMNS.items():
+        raw = fields[name.encode()]
+        if len(raw) != 8 * n:
+            raise ValueError(f"episode column {name!r}: {len(raw)} bytes, expected 8 x {n}")
+        columns.append(np.frombuffer(raw, dtype).tolist())
+    instance, kind = fields[b"instance"].decode(), fields[b"kind"].decode()
     return [
-        Episode(instance, kind, float(r), int(n_), int(v), int(s), float(t))
-        for r, n_, v, s, t in zip(returns, lengths, versions, env_steps, times, strict=True)
+        Episode(instance, kind, r, length, v, s, t)
+        for r, length, v, s, t in zip(*columns, strict=True)
     ]
 
 
@@ -71,10 +88,6 @@ def parse_episode(fields: dict[bytes, bytes]) -> Episode:
     if len(episodes) != 1:
         raise ValueError(f"expected an entry with one episode, got {len(episodes)}")
     return episodes[0]
-
-
-def _joined(values: list) -> str:
-    return ",".join(map(repr, values))
 
 
 class EpisodeTracker:
@@ -122,20 +135,20 @@ class EpisodeTracker:
     def mean_return(self) -> float:
         return float(np.mean(self.recent)) if self.recent else float("nan")
 
-    def fields(self) -> dict[str, str]:
-        """The pending episodes as one entry (see the module docstring)."""
+    def fields(self) -> dict[str, str | bytes]:
+        """The pending episodes as one entry of columns (see the module docstring)."""
         chunks = self._finished
         counts = [len(c[0]) for c in chunks]
-        per_episode = [np.repeat([c[i] for c in chunks], counts).tolist() for i in (2, 3, 4)]
-        return {
-            "instance": self.instance,
-            "kind": self.kind,
-            "return": _joined(np.concatenate([c[0] for c in chunks]).tolist()),
-            "length": _joined(np.concatenate([c[1] for c in chunks]).tolist()),
-            "version": _joined(per_episode[0]),
-            "env_steps": _joined(per_episode[1]),
-            "time": _joined(per_episode[2]),
+        values = (
+            np.concatenate([c[0] for c in chunks]),
+            np.concatenate([c[1] for c in chunks]),
+            *(np.repeat([c[i] for c in chunks], counts) for i in (2, 3, 4)),
+        )
+        columns = {
+            name: np.asarray(v, dtype).tobytes()
+            for (name, dtype), v in zip(_COLUMNS.items(), values, strict=True)
         }
+        return {"instance": self.instance, "kind": self.kind, "count": str(sum(counts)), **columns}
 
     def flush(self, client: redis.Redis, keys: RedisKeys, maxlen: int) -> None:
         """Write the pending episodes as one entry; they stay pending if Redis fails."""

@@ -40,24 +40,28 @@ def test_tracker_writes_its_pending_episodes_as_one_columnar_entry() -> None:
     (command,) = tracker.commands(RedisKeys("p"), maxlen=1000)
     assert command[:6] == ("XADD", "p:episodes", "MAXLEN", "~", "250", "*")  # 1000 // 4
     flat = command[6:]
-    fields = {str(k).encode(): str(v).encode() for k, v in zip(flat[::2], flat[1::2], strict=True)}
-    assert fields[b"return"] == b"0.5,1.0,2.0,3.0" and fields[b"version"] == b"7,7,8,8"
+    fields = {k.encode(): v if isinstance(v, bytes) else v.encode()
+              for k, v in zip(flat[::2], flat[1::2], strict=True)}  # fmt: skip
+    assert fields[b"count"] == b"4"
+    assert np.frombuffer(fields[b"return"], "<f8").tolist() == [0.5, 1.0, 2.0, 3.0]
+    assert np.frombuffer(fields[b"version"], "<i8").tolist() == [7, 7, 8, 8]
     parsed = parse_episodes(fields)
     assert parsed == tracker.pending and len(parsed) == tracker.pending_count == 4
     assert [(e.length, e.env_steps) for e in parsed] == [(1, 4), (1, 4), (2, 8), (2, 8)]
+    assert {e.instance for e in parsed} == {"actor-1"} and {e.kind for e in parsed} == {"train"}
     tracker.clear_pending()
     assert tracker.commands(RedisKeys("p"), 1000) == [] and tracker.count == 4
 
 
-def test_entries_with_one_episode_are_the_older_form_and_bad_lists_raise() -> None:
-    single = {
-        k.encode(): v.encode() for k, v in Episode("a", "eval", 9.0, 9, 1, 9, 1.0).fields().items()
-    }
-    assert parse_episodes(single) == [parse_episode(single)]
-    uneven = {**single, b"return": b"1.0,2.0"}
-    with pytest.raises(ValueError, match="unequal length"):
-        parse_episodes(uneven)
+def test_one_episode_text_entries_still_read_and_bad_columns_raise() -> None:
+    episode = Episode("a", "eval", 9.0, 9, 1, 9, 1.0)
+    single = {k.encode(): v.encode() for k, v in episode.fields().items()}
+    assert parse_episodes(single) == [parse_episode(single)] == [episode]
+    tracker = EpisodeTracker(2, "b", "train")
+    tracker.step(np.ones(2), np.ones(2, bool), 1, 2)
+    columns = {k.encode(): v if isinstance(v, bytes) else v.encode()
+               for k, v in tracker.fields().items()}  # fmt: skip
     with pytest.raises(ValueError, match="one episode"):
-        parse_episode(
-            {**uneven, **{k.encode(): b"1,2" for k in ("length", "version", "env_steps", "time")}}
-        )
+        parse_episode(columns)
+    with pytest.raises(ValueError, match="'length': 8 bytes, expected 8 x 2"):
+        parse_episodes({**columns, b"length": columns[b"length"][:8]})
