@@ -29,7 +29,7 @@ from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns,
 from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
-from actorq.actor.push import execute_transaction
+from actorq.actor.push import Transaction
 from actorq.actor.stepper import VectorStepper
 from actorq.breakdown import LOOP_PHASES, PhaseClock
 from actorq.config import ActorSettings
@@ -181,6 +181,8 @@ class Actor(_EnvWorker):
                 self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
             )
         self.inserted = 0
+        self._in_flight: Transaction | None = None  # sent, replies not read yet
+        self._in_flight_rows = 0
         self.version_of_pending = 0
         self.precision = "int8"
         self.limiter = _actor_limiter(settings)
@@ -340,47 +342,69 @@ class Actor(_EnvWorker):
             self._episodes_exported = self.episodes.count
 
     def _push(self, final: bool = False) -> None:
-        """Send pending transitions; on a Redis outage keep them and back off."""
+        """Collect the previous push's replies, then send the pending transitions without
+        waiting for Redis (their replies are read at the next push, or at once when
+        `final`). On a Redis outage the unacknowledged transaction is kept, sent again at
+        the next push, and the loop backs off; nothing newer is sent before it."""
+        if self._in_flight is not None and not self._collect(final):
+            return
         if self.pending.count == 0:
             return
         batch = self.pending.batch(self.instance, self.version_of_pending, self.precision)
-        # One round trip: the batch with its counter, the finished episodes, and the two
-        # counters the rate limiter compares (a separate MGET is ~0.1 ms in isolation; no
-        # difference measured through the services, BENCHMARKS.md 16h). MULTI/EXEC: all of
-        # it is stored, or none.
-        # Sent as raw RESP (actorq.actor.push): the same commands as a redis-py pipeline,
-        # without its tens of microseconds of Python per command (one XADD per episode).
+        # One round trip: the batch with its counter, the finished episodes (one entry),
+        # and the two counters the rate limiter compares (a separate MGET is ~0.1 ms in
+        # isolation; no difference measured through the services, BENCHMARKS.md 16h).
+        # MULTI/EXEC: all of it is stored, or none. Sent as raw RESP (actorq.actor.push).
         commands = self.writer.commands(batch)
         commands += self.episodes.commands(self.keys, self.s.episodes_maxlen)
         commands.append(("MGET", self.keys.inserted_counter, self.keys.learner_sampled))
+        transaction = Transaction(self.client, commands)
+        transaction.send()
+        # The transaction's payload holds them now, until Redis acknowledges it.
+        self._in_flight, self._in_flight_rows = transaction, len(batch)
+        self.pending.clear()
+        self.episodes.clear_pending()
+        self.clock.mark("push")
+        if final:
+            self._collect(final)
+
+    def _collect(self, final: bool) -> bool:
+        """Read the in-flight transaction's replies (sending it again after a failure);
+        False, after backing off, while Redis is away."""
+        assert self._in_flight is not None
         try:
-            counters = execute_transaction(self.client, commands)[-1]
+            counters = self._in_flight.result()[-1]
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             self.clock.mark("push")  # the backoff wait included: it is time not acting
-            return
+            return False
         # Acknowledged: forget them now, so a later error cannot send them twice.
-        self.pending.clear()
-        self.episodes.clear_pending()
+        rows, self._in_flight, self._in_flight_rows = self._in_flight_rows, None, 0
         self._export_loop_time()
         self._export_episodes()
-        self.inserted += len(batch)
+        self.inserted += rows
         self._backoff = 0.05
-        metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(len(batch))
+        metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(rows)
         self.clock.mark("push")
         try:
             self._respect_rate_limit(counters)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             self.clock.mark("push")
-            return
+            return True  # the push itself was acknowledged
         self.clock.mark("rate_limit_wait")
+        return True
+
+    @property
+    def unacknowledged(self) -> int:
+        """Transitions not yet acknowledged by Redis: pending plus the one in flight."""
+        return self.pending.count + self._in_flight_rows
 
     def _on_redis_error(self, exc: Exception, final: bool) -> None:
         metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
-        log.warning("redis unavailable (%s); holding %d transitions", exc, self.pending.count)
-        if final and self.pending.count:
-            log.warning("stopping with %d unacknowledged transitions", self.pending.count)
+        log.warning("redis unavailable (%s); holding %d transitions", exc, self.unacknowledged)
+        if final and self.unacknowledged:
+            log.warning("stopping with %d unacknowledged transitions", self.unacknowledged)
         if not final:
             self.stop.wait(self._backoff)
             self._backoff = min(self._backoff * 2, 2.0)
