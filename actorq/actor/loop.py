@@ -31,7 +31,7 @@ from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.push import Transaction
 from actorq.actor.stepper import VectorStepper
-from actorq.breakdown import LOOP_PHASES, PhaseClock
+from actorq.breakdown import LOOP_PHASES, PhaseClock, observe_many
 from actorq.config import ActorSettings
 from actorq.exploration import (
     OUNoise,
@@ -112,6 +112,7 @@ class _EnvWorker:
         # Labelled metric children are looked up once, not on every env step.
         self._steps_metric = metrics.ACTOR_ENV_STEPS.labels(self.instance)
         self._inference_metric: dict[str, Histogram] = {}
+        self._inference_seconds: list[tuple[str, float]] = []  # (precision, seconds)
 
     def q_values(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
         """One batched forward; its latency goes to the inference histogram."""
@@ -129,11 +130,21 @@ class _EnvWorker:
         return histogram
 
     def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` inside the loop's inference-mode scope (no scope of its own)."""
+        """`q_values` inside the loop's inference-mode scope (no scope of its own); its
+        latency is observed in bulk at the next `_flush_observations`."""
         started = time.perf_counter()
         q = policy.module(torch.from_numpy(obs)).numpy()
-        self._inference_histogram(policy.precision).observe(time.perf_counter() - started)
+        self._inference_seconds.append((policy.precision, time.perf_counter() - started))
         return q
+
+    def _flush_observations(self) -> None:
+        """The deferred inference latencies into their histograms (one per precision)."""
+        by_precision: dict[str, list[float]] = {}
+        for precision, seconds in self._inference_seconds:
+            by_precision.setdefault(precision, []).append(seconds)
+        for precision, values in by_precision.items():
+            observe_many(self._inference_histogram(precision), values)
+        self._inference_seconds.clear()
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         """Actions without exploration: argmax of Q-values, or the tanh actions as they are."""
@@ -188,7 +199,10 @@ class Actor(_EnvWorker):
         self.limiter = _actor_limiter(settings)
         self._backoff = 0.05
         # Runtime breakdown of each env-loop step (actorq.breakdown).
-        self.clock = PhaseClock(LOOP_PHASES, metrics.ACTOR_STEP_PHASE_SECONDS, (self.instance,))
+        # Phase histograms are observed in bulk at each push (actorq.breakdown.observe_many).
+        self.clock = PhaseClock(
+            LOOP_PHASES, metrics.ACTOR_STEP_PHASE_SECONDS, (self.instance,), deferred=True
+        )
         self.loop_seconds = 0.0
         self.loop_steps = 0
         self._loop_started: float | None = None
@@ -234,7 +248,10 @@ class Actor(_EnvWorker):
         self._export_loop_time()
 
     def _export_loop_time(self) -> None:
-        """Loop seconds and steps to Prometheus, on each push rather than on every step."""
+        """Loop seconds and steps, and the deferred histogram observations, to Prometheus,
+        on each push rather than on every step."""
+        self.clock.flush()
+        self._flush_observations()
         seconds = self.loop_seconds or self._loop_seconds_so_far()
         metrics.ACTOR_LOOP_SECONDS.labels(self.instance).inc(seconds - self._exported[0])
         metrics.ACTOR_LOOP_STEPS.labels(self.instance).inc(self.loop_steps - self._exported[1])
