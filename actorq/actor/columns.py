@@ -155,13 +155,14 @@ class StepColumns:
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
         rows = self.t * self.num_envs
-        mask = self.valid[: self.t].reshape(rows)
-        every = self.count == rows
+        # The valid rows' indices, found once for all columns (a boolean mask per column
+        # searched it eight times).
+        index = None if self.count == rows else np.flatnonzero(self.valid[: self.t])
 
         def column(name: str) -> np.ndarray:
             values = getattr(self, name)[: self.t]
             flat = values.reshape(rows, *values.shape[2:])
-            return flat.copy() if every else flat[mask]
+            return flat.copy() if index is None else flat.take(index, axis=0)
 
         return TransitionBatch(
             obs=column("obs"), action=column("action"), reward=column("reward"),

@@ -139,10 +139,8 @@ class _EnvWorker:
 
     def _flush_observations(self) -> None:
         """The deferred inference latencies into their histograms (one per precision)."""
-        by_precision: dict[str, list[float]] = {}
-        for precision, seconds in self._inference_seconds:
-            by_precision.setdefault(precision, []).append(seconds)
-        for precision, values in by_precision.items():
+        for precision in {p for p, _ in self._inference_seconds}:
+            values = [v for p, v in self._inference_seconds if p == precision]
             observe_many(self._inference_histogram(precision), values)
         self._inference_seconds.clear()
 
@@ -192,6 +190,7 @@ class Actor(_EnvWorker):
                 self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
             )
         self.inserted = 0
+        self._steps_exported = 0
         self._in_flight: Transaction | None = None  # sent, replies not read yet
         self._in_flight_rows = 0
         self.version_of_pending = 0
@@ -210,6 +209,9 @@ class Actor(_EnvWorker):
         self._episodes_exported = 0
         self._episodes_metric = metrics.ACTOR_EPISODES.labels(self.instance)
         self._episode_return_metric = metrics.ACTOR_EPISODE_RETURN.labels(self.instance)
+
+    def _count_steps(self, steps: int) -> None:
+        self.env_steps += steps  # to Prometheus at each push (_export_loop_time)
 
     def _transition_bytes(self) -> int:
         obs_bytes = int(np.prod(self.env.single_observation_space.shape))
@@ -252,6 +254,8 @@ class Actor(_EnvWorker):
         on each push rather than on every step."""
         self.clock.flush()
         self._flush_observations()
+        self._steps_metric.inc(self.env_steps - self._steps_exported)
+        self._steps_exported = self.env_steps
         seconds = self.loop_seconds or self._loop_seconds_so_far()
         metrics.ACTOR_LOOP_SECONDS.labels(self.instance).inc(seconds - self._exported[0])
         metrics.ACTOR_LOOP_STEPS.labels(self.instance).inc(self.loop_steps - self._exported[1])
@@ -368,10 +372,9 @@ class Actor(_EnvWorker):
         if self.pending.count == 0:
             return
         batch = self.pending.batch(self.instance, self.version_of_pending, self.precision)
-        # One round trip: the batch with its counter, the finished episodes (one entry),
-        # and the two counters the rate limiter compares (a separate MGET is ~0.1 ms in
-        # isolation; no difference measured through the services, BENCHMARKS.md 16h).
-        # MULTI/EXEC: all of it is stored, or none. Sent as raw RESP (actorq.actor.push).
+        # One MULTI/EXEC (all of it stored, or none; raw RESP, actorq.actor.push): the batch
+        # with its counter, the finished episodes (one entry), and the counters the rate
+        # limiter compares (a separate MGET: no difference measured, BENCHMARKS.md 16h).
         commands = self.writer.commands(batch)
         commands += self.episodes.commands(self.keys, self.s.episodes_maxlen)
         commands.append(("MGET", self.keys.inserted_counter, self.keys.learner_sampled))
