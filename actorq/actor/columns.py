@@ -99,7 +99,7 @@ class EpsilonGreedy:
         greedy = q_values.argmax(axis=1)
         u = rng.random(len(greedy))
         explore = u < self.epsilon
-        if not explore.any():
+        if not np.count_nonzero(explore):  # ~0.3 us; ndarray.any() ~1.7
             return greedy, greedy, self.logp_greedy
         scaled = np.minimum(u * self.action_scale, self.num_actions - 1).astype(np.int64)
         taken = np.where(explore, scaled, greedy)

@@ -106,9 +106,9 @@ class EpisodeTracker:
     def step(self, rewards: np.ndarray, ended: np.ndarray, version: int, env_steps: int) -> None:
         self.returns += rewards
         self.lengths += 1
-        if not ended.any():
+        if not np.count_nonzero(ended):  # ~0.3 us; ndarray.any() ~1.7
             return
-        done = np.flatnonzero(ended)
+        done = np.asarray(ended).nonzero()[0]
         returns, lengths = self.returns[done], self.lengths[done]
         self._finished.append((returns, lengths, int(version), int(env_steps), time.time()))
         self.recent.extend(returns.tolist())
