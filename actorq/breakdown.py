@@ -14,9 +14,11 @@ step, as a separate "background" part.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 from prometheus_client import Histogram
 
 # Env-loop phases of one actor step, in loop order.
@@ -31,16 +33,45 @@ POLICY_SECONDS = "policy_seconds"
 PUBLISH_SECONDS = "publish_seconds"
 
 
+def observe_many(child, values: list[float]) -> None:
+    """`child.observe(v)` for each of `values` (a labelled Histogram child), in bulk: one
+    bucket search for all and one increment per bucket hit. An actor's loop observes ~7
+    durations per vector step, ~2 us each through `observe` (a Python loop over the
+    bounds and two locks), which is ~15% of a CartPole step at M = 128. Falls back to
+    `observe` if prometheus_client's internals differ from the ones used here."""
+    if not values:
+        return
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            child.observe(value)
+        return
+    # observe() counts a value in the first bucket whose bound is >= it: side="left".
+    counts = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds))
+    total.inc(math.fsum(values))
+    for i in np.flatnonzero(counts[: len(bounds)]).tolist():
+        buckets[i].inc(int(counts[i]))
+
+
 class PhaseClock:
-    """Charges wall time to named phases; observes each charge in a Prometheus histogram."""
+    """Charges wall time to named phases; observes each charge in a Prometheus histogram,
+    at once, or (`deferred`) in bulk at each `flush` (`observe_many`)."""
 
     def __init__(
-        self, phases: Iterable[str], histogram: Histogram, labels: tuple[str, ...] = ()
+        self,
+        phases: Iterable[str],
+        histogram: Histogram,
+        labels: tuple[str, ...] = (),
+        deferred: bool = False,
     ) -> None:
         """`histogram` has the labels `labels` + ("phase",)."""
         self.totals = dict.fromkeys(phases, 0.0)
         self._children = {p: histogram.labels(*labels, p) for p in self.totals}
         self._last = time.perf_counter()
+        self.deferred = deferred
+        self._unobserved: dict[str, list[float]] = {p: [] for p in self.totals}
 
     def start(self) -> None:
         """Start a new interval (time before it is charged to nothing)."""
@@ -51,7 +82,17 @@ class PhaseClock:
         elapsed = now - self._last
         self._last = now
         self.totals[phase] += elapsed
-        self._children[phase].observe(elapsed)
+        if self.deferred:
+            self._unobserved[phase].append(elapsed)
+        else:
+            self._children[phase].observe(elapsed)
+
+    def flush(self) -> None:
+        """Observe the deferred charges in the histograms."""
+        for phase, values in self._unobserved.items():
+            if values:
+                observe_many(self._children[phase], values)
+                values.clear()
 
     @property
     def last_mark(self) -> float:

@@ -160,7 +160,7 @@ class ActorSettings(CommonSettings):
     max_env_steps: int = 0  # stop after this many env steps of this actor; 0 = no limit
     samples_per_insert: float = 0.0  # 0 = actors never wait for the learner
     insert_error_buffer: float = 20000.0  # transitions actors may run ahead of the ratio
-    episodes_maxlen: int = 100000  # cap of the episodes stream
+    episodes_maxlen: int = 100000  # cap of the episodes stream, in episodes (approx.)
     eval_min_interval: float = 1.0  # evaluator: seconds between round starts (caps its CPU)
     replay_stream_max_transitions: int = 1_000_000  # cap of the Redis replay stream
     instance: str = ""  # name in logs and metrics; default actor-<index> (or evaluator)

@@ -33,6 +33,11 @@ def epsilon_greedy(
     """Per row of q_values [B, A]: a uniform random action with prob. epsilon, else argmax.
 
     `epsilon` is one float or one value per row [B] (an actor whose envs explore differently).
+    One uniform draw u per row decides both: the row explores when u < epsilon, and then
+    takes action floor(u * A / epsilon) (u / epsilon is uniform on [0, 1) given u < epsilon).
+    A second draw of the random actions (`rng.integers`) cost more than the rest of the
+    exploration together (~9 us per call); the actor's fast path
+    (actorq.actor.columns.EpsilonGreedy) makes the same draws and the same arithmetic.
     """
     q = np.asarray(q_values)
     if q.ndim != 2:
@@ -42,8 +47,11 @@ def epsilon_greedy(
     if np.any((eps < 0) | (eps > 1)):
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
     actions = q.argmax(axis=1).astype(np.int64)
-    explore = rng.random(batch) < eps
-    actions[explore] = rng.integers(0, num_actions, size=int(explore.sum()))
+    u = rng.random(batch)
+    explore = u < eps
+    if explore.any():
+        scaled = u[explore] * (num_actions / eps[explore])
+        actions[explore] = np.minimum(scaled, num_actions - 1).astype(np.int64)
     return actions
 
 

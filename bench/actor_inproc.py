@@ -49,7 +49,7 @@ def run_actor(
     """One actor for about `seconds` of env loop at M = `m`, pushing to the real Redis.
 
     `episodes=False` is a diagnostic: finished episodes are not written to the episodes
-    stream (one XADD each), to show what that stream costs the loop."""
+    stream, to show what that stream costs the loop."""
     client = redis.Redis.from_url(REDIS_URL)
     keys = RedisKeys(f"bench-tp-{uuid.uuid4().hex[:8]}")
     settings = ActorSettings(
@@ -60,7 +60,7 @@ def run_actor(
     stop = threading.Event()
     actor = Actor(settings, env, StaticFollower(policy), client, keys, stop)
     if not episodes:
-        actor.episodes.queue = lambda *args: None  # type: ignore[method-assign]
+        actor.episodes.commands = lambda *args: []  # type: ignore[method-assign]
     timer = threading.Timer(seconds, stop.set)
     timer.start()
     started = time.perf_counter()

@@ -5,7 +5,7 @@ Phases, interleaved round by round so machine load hits them alike:
   actor     the actor loop (actorq.actor.loop.Actor) with its policy built in process
             (bench/actor_inproc.py), pushing to the real Redis at 127.0.0.1:6379
   noep      `actor` without writing finished episodes to Redis (a diagnostic: what the
-            episodes stream, one XADD per episode, costs the loop)
+            episodes stream, one columnar entry per push, costs the loop)
   plain     the same loop on its plain path with the old fixed push_every 32
             (ACTORQ_FAST_STEP=0 ACTORQ_PUSH_EVERY=32): the before of the fast path
   services  `actorq run` with N actors at a low samples-per-insert, --target-return none

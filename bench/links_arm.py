@@ -39,6 +39,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from actorq.actor.episodes import parse_episodes  # noqa: E402
 from actorq.config import RunSettings  # noqa: E402
 from actorq.launch.plan import plan_services  # noqa: E402
 from actorq.launch.processes import stop_in_order  # noqa: E402
@@ -230,8 +231,9 @@ def _episodes(client, keys: RedisKeys, recorder: Recorder) -> list[tuple[int, fl
     """(transitions inserted when it ended, return) of every training episode."""
     out = []
     for _id, f in client.xrange(keys.episodes_stream):
-        if f[b"kind"] == b"train":
-            out.append((recorder.steps_at(float(f[b"time"])), float(f[b"return"])))
+        for e in parse_episodes(f):  # one entry: one or more episodes
+            if e.kind == "train":
+                out.append((recorder.steps_at(e.unix_time), e.episode_return))
     return out
 
 

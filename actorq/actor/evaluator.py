@@ -63,5 +63,5 @@ class Evaluator(_EnvWorker):
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
             log.warning(
-                "redis unavailable (%s); holding %d episodes", exc, len(self.episodes.pending)
+                "redis unavailable (%s); holding %d episodes", exc, self.episodes.pending_count
             )

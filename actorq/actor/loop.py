@@ -29,9 +29,9 @@ from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns,
 from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
-from actorq.actor.push import execute_transaction
+from actorq.actor.push import Transaction
 from actorq.actor.stepper import VectorStepper
-from actorq.breakdown import LOOP_PHASES, PhaseClock
+from actorq.breakdown import LOOP_PHASES, PhaseClock, observe_many
 from actorq.config import ActorSettings
 from actorq.exploration import (
     OUNoise,
@@ -112,6 +112,7 @@ class _EnvWorker:
         # Labelled metric children are looked up once, not on every env step.
         self._steps_metric = metrics.ACTOR_ENV_STEPS.labels(self.instance)
         self._inference_metric: dict[str, Histogram] = {}
+        self._inference_seconds: list[tuple[str, float]] = []  # (precision, seconds)
 
     def q_values(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
         """One batched forward; its latency goes to the inference histogram."""
@@ -129,11 +130,20 @@ class _EnvWorker:
         return histogram
 
     def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` inside the loop's inference-mode scope (no scope of its own)."""
+        """`q_values` inside the loop's inference-mode scope (no scope of its own); its
+        latency is observed in bulk at the next `_flush_observations`."""
         started = time.perf_counter()
-        q = policy.module(torch.from_numpy(obs)).numpy()
-        self._inference_histogram(policy.precision).observe(time.perf_counter() - started)
+        # forward itself: Module.__call__'s hook checks cost ~4 us a call (no hooks here).
+        q = policy.module.forward(torch.from_numpy(obs)).numpy()
+        self._inference_seconds.append((policy.precision, time.perf_counter() - started))
         return q
+
+    def _flush_observations(self) -> None:
+        """The deferred inference latencies into their histograms (one per precision)."""
+        for precision in {p for p, _ in self._inference_seconds}:
+            values = [v for p, v in self._inference_seconds if p == precision]
+            observe_many(self._inference_histogram(precision), values)
+        self._inference_seconds.clear()
 
     def greedy(self, outputs: np.ndarray) -> np.ndarray:
         """Actions without exploration: argmax of Q-values, or the tanh actions as they are."""
@@ -181,6 +191,9 @@ class Actor(_EnvWorker):
                 self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
             )
         self.inserted = 0
+        self._steps_exported = 0
+        self._in_flight: Transaction | None = None  # sent, replies not read yet
+        self._in_flight_rows = 0
         self.version_of_pending = 0
         self.precision = "int8"
         self.limiter = _actor_limiter(settings)
@@ -188,7 +201,10 @@ class Actor(_EnvWorker):
         metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance)
         self._backoff = 0.05
         # Runtime breakdown of each env-loop step (actorq.breakdown).
-        self.clock = PhaseClock(LOOP_PHASES, metrics.ACTOR_STEP_PHASE_SECONDS, (self.instance,))
+        # Phase histograms are observed in bulk at each push (actorq.breakdown.observe_many).
+        self.clock = PhaseClock(
+            LOOP_PHASES, metrics.ACTOR_STEP_PHASE_SECONDS, (self.instance,), deferred=True
+        )
         self.loop_seconds = 0.0
         self.loop_steps = 0
         self._loop_started: float | None = None
@@ -196,6 +212,9 @@ class Actor(_EnvWorker):
         self._episodes_exported = 0
         self._episodes_metric = metrics.ACTOR_EPISODES.labels(self.instance)
         self._episode_return_metric = metrics.ACTOR_EPISODE_RETURN.labels(self.instance)
+
+    def _count_steps(self, steps: int) -> None:
+        self.env_steps += steps  # to Prometheus at each push (_export_loop_time)
 
     def _transition_bytes(self) -> int:
         obs_bytes = int(np.prod(self.env.single_observation_space.shape))
@@ -234,7 +253,12 @@ class Actor(_EnvWorker):
         self._export_loop_time()
 
     def _export_loop_time(self) -> None:
-        """Loop seconds and steps to Prometheus, on each push rather than on every step."""
+        """Loop seconds and steps, and the deferred histogram observations, to Prometheus,
+        on each push rather than on every step."""
+        self.clock.flush()
+        self._flush_observations()
+        self._steps_metric.inc(self.env_steps - self._steps_exported)
+        self._steps_exported = self.env_steps
         seconds = self.loop_seconds or self._loop_seconds_so_far()
         metrics.ACTOR_LOOP_SECONDS.labels(self.instance).inc(seconds - self._exported[0])
         metrics.ACTOR_LOOP_STEPS.labels(self.instance).inc(self.loop_steps - self._exported[1])
@@ -342,47 +366,68 @@ class Actor(_EnvWorker):
             self._episodes_exported = self.episodes.count
 
     def _push(self, final: bool = False) -> None:
-        """Send pending transitions; on a Redis outage keep them and back off."""
+        """Collect the previous push's replies, then send the pending transitions without
+        waiting for Redis (their replies are read at the next push, or at once when
+        `final`). On a Redis outage the unacknowledged transaction is kept, sent again at
+        the next push, and the loop backs off; nothing newer is sent before it."""
+        if self._in_flight is not None and not self._collect(final):
+            return
         if self.pending.count == 0:
             return
         batch = self.pending.batch(self.instance, self.version_of_pending, self.precision)
-        # One round trip: the batch with its counter, the finished episodes, and the two
-        # counters the rate limiter compares (a separate MGET is ~0.1 ms in isolation; no
-        # difference measured through the services, BENCHMARKS.md 16h). MULTI/EXEC: all of
-        # it is stored, or none.
-        # Sent as raw RESP (actorq.actor.push): the same commands as a redis-py pipeline,
-        # without its tens of microseconds of Python per command (one XADD per episode).
+        # One MULTI/EXEC (all of it stored, or none; raw RESP, actorq.actor.push): the batch
+        # with its counter, the finished episodes (one entry), and the counters the rate
+        # limiter compares (a separate MGET: no difference measured, BENCHMARKS.md 16h).
         commands = self.writer.commands(batch)
         commands += self.episodes.commands(self.keys, self.s.episodes_maxlen)
         commands.append(("MGET", self.keys.inserted_counter, self.keys.learner_sampled))
+        transaction = Transaction(self.client, commands)
+        transaction.send()
+        # The transaction's payload holds them now, until Redis acknowledges it.
+        self._in_flight, self._in_flight_rows = transaction, len(batch)
+        self.pending.clear()
+        self.episodes.clear_pending()
+        self.clock.mark("push")
+        if final:
+            self._collect(final)
+
+    def _collect(self, final: bool) -> bool:
+        """Read the in-flight transaction's replies (sending it again after a failure);
+        False, after backing off, while Redis is away."""
+        assert self._in_flight is not None
         try:
-            counters = execute_transaction(self.client, commands)[-1]
+            counters = self._in_flight.result()[-1]
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             self.clock.mark("push")  # the backoff wait included: it is time not acting
-            return
+            return False
         # Acknowledged: forget them now, so a later error cannot send them twice.
-        self.pending.clear()
-        self.episodes.pending.clear()
+        rows, self._in_flight, self._in_flight_rows = self._in_flight_rows, None, 0
         self._export_loop_time()
         self._export_episodes()
-        self.inserted += len(batch)
+        self.inserted += rows
         self._backoff = 0.05
-        metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(len(batch))
+        metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(rows)
         self.clock.mark("push")
         try:
             self._respect_rate_limit(counters)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             self.clock.mark("push")
-            return
+            return True  # the push itself was acknowledged
         self.clock.mark("rate_limit_wait")
+        return True
+
+    @property
+    def unacknowledged(self) -> int:
+        """Transitions not yet acknowledged by Redis: pending plus the one in flight."""
+        return self.pending.count + self._in_flight_rows
 
     def _on_redis_error(self, exc: Exception, final: bool) -> None:
         metrics.ACTOR_CONNECTION_ERRORS.labels(self.instance, "redis").inc()
-        log.warning("redis unavailable (%s); holding %d transitions", exc, self.pending.count)
-        if final and self.pending.count:
-            log.warning("stopping with %d unacknowledged transitions", self.pending.count)
+        log.warning("redis unavailable (%s); holding %d transitions", exc, self.unacknowledged)
+        if final and self.unacknowledged:
+            log.warning("stopping with %d unacknowledged transitions", self.unacknowledged)
         if not final:
             self.stop.wait(self._backoff)
             self._backoff = min(self._backoff * 2, 2.0)

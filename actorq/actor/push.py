@@ -1,13 +1,22 @@
-"""An actor's push as one raw RESP write: MULTI, the commands, EXEC.
+"""An actor's push as one raw RESP write: MULTI, the commands, EXEC; replies read later.
 
 redis-py's transaction pipeline spends tens of microseconds of Python per queued command
-(argument checks and packing, one parsed +QUEUED reply, a response callback), while Redis
-itself spends ~2.4 us on an XADD here. An actor with a random or weak policy finishes
-several episodes per vector step, one XADD each, and those were the largest part of its
-push (docs/actor-throughput.md). Here hiredis packs each command in C and the replies are
-read without callbacks. The commands, and so what Redis stores, are the ones the
-pipeline sent (tests/integration/test_actor_push.py compares the two), with the same
-MULTI/EXEC all-or-nothing and the client's retry policy around the whole transaction.
+(argument checks and packing, one parsed +QUEUED reply, a response callback). Here:
+
+- `pack_transaction` frames the commands itself: the RESP headers of all commands are
+  joined into small chunks and each large argument (a replay batch's columns, ~450 KB at
+  M = 128) is passed on as it is, so nothing large is copied again (hiredis'
+  `pack_command` copied the whole payload: ~9 us per vector step at M = 128).
+- `Transaction.send` writes it and returns without waiting; `Transaction.result` reads
+  the replies later. The actor sends a push and reads its replies at the next push, so
+  Redis stores a batch while the actor steps its envs (on the other core), instead of the
+  actor waiting for EXEC. MULTI/EXEC keeps it all-or-nothing; until `result` returned,
+  the caller keeps the transaction (its payload holds the transitions), and a failed
+  read is retried by sending the same payload again under the client's retry policy, as
+  `execute_transaction` (send, then result at once) does.
+
+The commands, and so what Redis stores, are the ones redis-py's pipeline sends
+(tests/integration/test_actor_push.py compares the two).
 """
 
 from __future__ import annotations
@@ -17,23 +26,44 @@ from typing import Any
 
 import redis
 
-try:  # hiredis ships with actorq's redis extra; redis-py's own packer is the fallback
-    from hiredis import pack_command as _pack_command
-except ImportError:  # pragma: no cover - exercised only without hiredis
-    _pack_command = None
-
 Command = tuple[Any, ...]
 
-
-def _packed(conn: redis.Connection, commands: Sequence[Command]) -> list[bytes]:
-    framed = [("MULTI",), *commands, ("EXEC",)]
-    if _pack_command is not None:
-        return [b"".join(_pack_command(c) for c in framed)]
-    return conn.pack_commands(framed)
+_LARGE = 16 * 1024  # arguments at least this long are sent as they are, not joined
 
 
-def _send_and_read(conn: redis.Connection, payload: list[bytes], count: int) -> list[Any]:
-    conn.send_packed_command(payload, check_health=True)
+def _arg_bytes(arg: Any) -> bytes | memoryview:
+    if isinstance(arg, bytes | memoryview):
+        return arg
+    if isinstance(arg, str):
+        return arg.encode()
+    if isinstance(arg, int | float) and not isinstance(arg, bool):
+        return repr(arg).encode()
+    raise TypeError(f"a Redis command argument must be bytes, str, int or float, got {arg!r}")
+
+
+def pack_transaction(commands: Sequence[Command]) -> list[bytes | memoryview]:
+    """MULTI, `commands`, EXEC as RESP: a list of chunks for socket writes (small parts
+    joined, large arguments passed through uncopied)."""
+    chunks: list[bytes | memoryview] = []
+    small = bytearray()
+    for command in (("MULTI",), *commands, ("EXEC",)):
+        small += b"*%d\r\n" % len(command)
+        for arg in command:
+            data = _arg_bytes(arg)
+            size = len(data) if isinstance(data, bytes) else data.nbytes
+            small += b"$%d\r\n" % size
+            if size >= _LARGE:
+                chunks.append(bytes(small))
+                chunks.append(data)
+                small = bytearray(b"\r\n")
+            else:
+                small += data
+                small += b"\r\n"
+    chunks.append(bytes(small))
+    return chunks
+
+
+def _read_replies(conn: redis.Connection, count: int) -> list[Any]:
     errors = []
     for _ in range(count + 1):  # +OK for MULTI, then +QUEUED (or an error) per command
         try:
@@ -52,20 +82,70 @@ def _send_and_read(conn: redis.Connection, payload: list[bytes], count: int) -> 
     return results
 
 
+class Transaction:
+    """One MULTI/EXEC written now (`send`) and answered later (`result`)."""
+
+    def __init__(self, client: redis.Redis, commands: Sequence[Command]) -> None:
+        self.client = client
+        self.count = len(commands)
+        self.payload = pack_transaction(commands)
+        self._conn: redis.Connection | None = None
+        self._written = False
+
+    def send(self) -> None:
+        """Write the transaction without waiting for its replies. On a connection error
+        nothing is raised here: `result` sends it again (under the retry policy)."""
+        try:
+            self._connection().send_packed_command(self.payload, check_health=True)
+            self._written = True
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._drop_connection()
+
+    def result(self) -> list[Any]:
+        """EXEC's replies (raw: bytes, ints, lists). Reads the replies of a `send`; if
+        that fails, or nothing was written, sends the payload again and reads, under the
+        client's retry policy. Raises redis.ConnectionError / TimeoutError as a pipeline
+        does (the transaction may then be retried with another `result`) and the first
+        ResponseError of a refused command."""
+        try:
+            if self._written:
+                self._written = False
+                try:
+                    return _read_replies(self._connection(), self.count)
+                except (redis.ConnectionError, redis.TimeoutError):
+                    self._drop_connection()
+            conn = self._connection()
+            return conn.retry.call_with_retry(self._send_and_read, lambda _error: conn.disconnect())
+        except BaseException:
+            self._drop_connection()  # replies may be left unread: never reuse it as is
+            raise
+        finally:
+            self._release()
+
+    def _send_and_read(self) -> list[Any]:
+        conn = self._connection()
+        conn.send_packed_command(self.payload, check_health=True)
+        return _read_replies(conn, self.count)
+
+    def _connection(self) -> redis.Connection:
+        if self._conn is None:
+            self._conn = self.client.connection_pool.get_connection()
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        """Disconnect and hand the connection back (a later call takes a fresh one)."""
+        if self._conn is not None:
+            self._conn.disconnect()
+            self._release()
+
+    def _release(self) -> None:
+        if self._conn is not None:
+            self.client.connection_pool.release(self._conn)
+            self._conn = None
+
+
 def execute_transaction(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
-    """Run `commands` in one MULTI/EXEC round trip; return EXEC's replies (raw: bytes,
-    ints, lists). Raises redis.ConnectionError / TimeoutError as a pipeline does (after the
-    client's retries) and the first ResponseError of a refused command."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        payload = _packed(conn, commands)
-        return conn.retry.call_with_retry(
-            lambda: _send_and_read(conn, payload, len(commands)),
-            lambda error: conn.disconnect(),
-        )
-    except BaseException:
-        conn.disconnect()  # replies may be left unread: never reuse this connection as is
-        raise
-    finally:
-        pool.release(conn)
+    """Run `commands` in one MULTI/EXEC round trip and wait: `Transaction` sent and read."""
+    transaction = Transaction(client, commands)
+    transaction.send()
+    return transaction.result()

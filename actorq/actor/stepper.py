@@ -51,9 +51,9 @@ class VectorStepper:
         ended = np.logical_or(terminated, truncated)
         if self.next_step_mode:
             valid = ~self._resetting
-            self._resetting = ended & valid
-            next_obs = obs
-        else:
-            valid = np.ones(len(ended), dtype=bool)
-            next_obs = next_obs_for_replay(obs, infos, terminated, truncated)
-        return VectorStep(obs, next_obs, rewards, terminated, ended & valid, valid)
+            ended &= valid  # a reset row ends nothing
+            self._resetting = ended
+            return VectorStep(obs, obs, rewards, terminated, ended, valid)
+        valid = np.ones(len(ended), dtype=bool)
+        next_obs = next_obs_for_replay(obs, infos, terminated, truncated)
+        return VectorStep(obs, next_obs, rewards, terminated, ended, valid)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import grpc
 import redis
 
-from actorq.actor.episodes import Episode, parse_episode
+from actorq.actor.episodes import Episode, parse_episodes
 from actorq.breakdown import actor_breakdown, publish_breakdown
 from actorq.launch.processes import ServiceProcess
 from actorq.redis_keys import RedisKeys
@@ -139,13 +139,15 @@ class RunMonitor:
             for entry_id, fields in entries:
                 self._last_id = entry_id
                 try:
-                    episode = parse_episode(fields)
+                    episodes = parse_episodes(fields)  # one entry: one or more episodes
                 except (KeyError, ValueError):
                     continue
-                self.episodes.append((episode, env_steps, wall))
-                self.episode_counts[episode.kind] = self.episode_counts.get(episode.kind, 0) + 1
-                recent = self.eval_recent if episode.kind == "eval" else self.train_recent
-                recent.append(episode.episode_return)
+                for episode in episodes:
+                    self.episodes.append((episode, env_steps, wall))
+                    kind = episode.kind
+                    self.episode_counts[kind] = self.episode_counts.get(kind, 0) + 1
+                    recent = self.eval_recent if kind == "eval" else self.train_recent
+                    recent.append(episode.episode_return)
 
     def _sample(self, env_steps: int, wall: float) -> ProgressSample:
         lrn, qz = self.learner, self.quantizer

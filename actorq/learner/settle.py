@@ -25,7 +25,7 @@ from collections import deque
 
 import redis
 
-from actorq.actor.episodes import parse_episode
+from actorq.actor.episodes import parse_episodes
 from actorq.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
@@ -82,16 +82,21 @@ class SolvedWatch:
         return False
 
     def _eval_return_reaches(self, fields: dict[bytes, bytes]) -> bool:
+        """True when one of the entry's evaluator episodes brings the mean to the
+        threshold (an entry carries one or more episodes: actorq.actor.episodes)."""
         try:
-            episode = parse_episode(fields)
+            episodes = parse_episodes(fields)
         except (KeyError, ValueError):
             return False  # a malformed entry is skipped here as the monitor skips it
-        if episode.kind != "eval":
-            return False
-        self.recent.append(episode.episode_return)
-        self.versions.append(episode.policy_version)
-        mean = self.mean()
-        return mean is not None and mean >= self.threshold
+        for episode in episodes:
+            if episode.kind != "eval":
+                return False
+            self.recent.append(episode.episode_return)
+            self.versions.append(episode.policy_version)
+            mean = self.mean()
+            if mean is not None and mean >= self.threshold:
+                return True
+        return False
 
     def solved_version(self) -> int | None:
         """The policy version to settle on: the newest one in the window whose own episodes

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns
-from actorq.actor.episodes import parse_episode
+from actorq.actor.episodes import parse_episodes
 from actorq.actor.fixed_policy import StaticFollower, make_policy
 from actorq.actor.loop import Actor
 from actorq.config import ActorSettings
@@ -36,7 +36,7 @@ def _run(redis_url, client, prefix: str, fast: bool, native: bool, **overrides) 
     assert actor.fast == fast
     entries = client.xrange(keys.replay_stream)
     batches = [decode_batch(fields) for _, fields in entries]
-    episodes = [parse_episode(f) for _, f in client.xrange(keys.episodes_stream)]
+    episodes = [e for _, f in client.xrange(keys.episodes_stream) for e in parse_episodes(f)]
     return {
         "sizes": [len(b) for b in batches],
         **{c: np.concatenate([getattr(b, c) for b in batches]) for c in COLUMNS},

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import redis
 
+from actorq.actor.episodes import parse_episodes
 from actorq.actor.evaluator import Evaluator
 from actorq.actor.loop import Actor, env_epsilons
 from actorq.actor.policy_follower import PolicyFollower
@@ -235,9 +236,9 @@ def check_one_eval_round(
     follower.stop()
     learner.finish()
     assert evaluator.rounds >= 1
-    episodes = client.xrange(keys.episodes_stream)
+    episodes = [e for _, f in client.xrange(keys.episodes_stream) for e in parse_episodes(f)]
     assert len(episodes) >= evaluator.env.num_envs  # one per env per round
-    assert {f[b"kind"] for _, f in episodes} == {b"eval"}
+    assert {e.kind for e in episodes} == {"eval"}
     assert client.xlen(keys.replay_stream) == 0
 
 

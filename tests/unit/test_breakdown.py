@@ -52,3 +52,26 @@ def test_publish_breakdown_per_version() -> None:
     assert report["phases"]["quantize"] == pytest.approx(0.05)
     assert report["fanout_bytes_per_version"] == 1000
     assert publish_breakdown({}) == {}
+
+
+def test_deferred_clock_observes_in_bulk_what_observe_would() -> None:
+    registry = CollectorRegistry()
+    hist = Histogram("t_bulk_seconds", "test", ["phase"], registry=registry)
+    one_by_one = Histogram("t_each_seconds", "test", ["phase"], registry=registry)
+    clock = PhaseClock(("a",), hist, deferred=True)
+    values = [0.0, 0.005, 0.005000001, 0.01, 0.3, 2.0, 20.0, 1e9]  # on and around bounds
+    for value in values:
+        clock._last = time.perf_counter() - value  # the charge is `value` seconds
+        clock.mark("a")
+        one_by_one.labels("a").observe(clock._unobserved["a"][-1])
+    assert registry.get_sample_value("t_bulk_seconds_count", {"phase": "a"}) == 0  # deferred
+    clock.flush()
+    clock.flush()  # nothing twice
+    for bound in ("0.005", "0.01", "0.25", "2.5", "10.0", "+Inf"):
+        labels = {"phase": "a", "le": bound}
+        bulk = registry.get_sample_value("t_bulk_seconds_bucket", labels)
+        assert bulk == registry.get_sample_value("t_each_seconds_bucket", labels), bound
+    assert registry.get_sample_value("t_bulk_seconds_count", {"phase": "a"}) == len(values)
+    assert registry.get_sample_value("t_bulk_seconds_sum", {"phase": "a"}) == pytest.approx(
+        registry.get_sample_value("t_each_seconds_sum", {"phase": "a"})
+    )

@@ -93,3 +93,11 @@ def test_linear_schedule() -> None:
     assert LinearSchedule(1.0, 0.1, 0)(0) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="duration"):
         LinearSchedule(1.0, 0.1, -1)
+
+
+def test_small_epsilon_explores_uniformly_over_actions() -> None:
+    """One draw decides exploring and the action: given u < eps, u * A / eps is uniform."""
+    q = np.tile(np.array([[0.0, 0.0, 5.0]]), (200_000, 1))
+    actions = epsilon_greedy(q, 0.03, np.random.default_rng(4))
+    share = np.bincount(actions, minlength=3) / len(actions)
+    np.testing.assert_allclose(share, [0.01, 0.01, 0.98], atol=0.002)
