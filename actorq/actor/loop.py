@@ -197,8 +197,7 @@ class Actor(_EnvWorker):
         self.version_of_pending = 0
         self.precision = "int8"
         self.limiter = _actor_limiter(settings)
-        # Exported at 0 from the start: an actor never held back reads 0, not "no data".
-        metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance)
+        metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance)  # 0 from the start, not no data
         self._backoff = 0.05
         # Runtime breakdown of each env-loop step (actorq.breakdown).
         # Phase histograms are observed in bulk at each push (actorq.breakdown.observe_many).
