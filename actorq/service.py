@@ -82,7 +82,15 @@ class ServiceRuntime:
             signal.signal(signal.SIGINT, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.request_stop(f"signal {signal.Signals(signum).name}")
+        # Not request_stop() here: Event.set() takes the event's (non-reentrant) lock, and
+        # this handler runs on the main thread, which may hold that very lock at this
+        # instant (the signal landed inside its own Event.wait). set() then waits forever
+        # for its own thread: a learner went on training after "stopping: signal SIGTERM"
+        # until compose's stop timeout killed it. A short-lived thread sets it instead.
+        reason = f"signal {signal.Signals(signum).name}"
+        threading.Thread(
+            target=self.request_stop, args=(reason,), name="stop-signal", daemon=True
+        ).start()
 
     def request_stop(self, reason: str) -> None:
         if not self.stop_event.is_set():
