@@ -405,16 +405,19 @@ class Learner(SettleSteps):
         self._report_progress()
         self.checkpoint()
 
-    def _drain(self, timeout: float = 5.0) -> None:
-        """Ingest what the stream still holds, so a clean stop leaves the mirror (and the
-        final checkpoint's counts) equal to what Redis acknowledged to the actors."""
+    def _drain(self, timeout: float = 5.0, quiet: float = 1.0) -> None:
+        """Ingest what the stream still holds, and what actors stopping beside the learner
+        push until the stream has been quiet for `quiet` seconds (`compose stop` stops
+        them in parallel), so a clean stop leaves the mirror (and the final checkpoint's
+        counts) equal to what Redis acknowledged to the actors."""
         deadline = time.monotonic() + timeout
+        quiet_until = time.monotonic() + quiet
         try:
-            while time.monotonic() < deadline:
-                added = self.reader.poll(block_ms=0)
-                if not added:
-                    break
-                metrics.LEARNER_REPLAY_INSERTED.inc(added)
+            while time.monotonic() < min(deadline, quiet_until):
+                added = self.reader.poll(block_ms=100)
+                if added:
+                    quiet_until = time.monotonic() + quiet
+                    metrics.LEARNER_REPLAY_INSERTED.inc(added)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("redis unavailable while draining the replay stream: %s", exc)
 
