@@ -61,6 +61,13 @@ def init_group(cfg: DistConfig, device: str) -> None:
     """Join the process group (blocks until all `world_size` ranks have joined)."""
     if not cfg.enabled:
         return
+    # torch._dynamo, imported lazily by the first optimizer.state_dict(), keeps a reference
+    # to the default group when it is imported after the group exists; destroy_process_group
+    # then leaves gloo's worker threads running into interpreter shutdown, where they abort
+    # the process now and then (exit -6, "terminate called without an active exception").
+    # Importing it first lets leave_group() end every thread the group started.
+    import torch._dynamo  # noqa: F401
+
     backend = cfg.backend or ("nccl" if device.startswith("cuda") else "gloo")
     host, _, port = cfg.address.rpartition(":")
     log.info(
@@ -86,6 +93,8 @@ def leave_group() -> None:
     finishing the last collective with it; gloo then aborts the process ("terminate called
     without an active exception", seen about once in ten two-rank runs). StepAgreement
     makes the ranks stop at the same step, so the barrier is the last collective on all.
+    Afterwards no thread of the group is left running (init_group says why that needs
+    torch._dynamo imported first; tests/integration/dist_worker.py checks it).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return

@@ -8,6 +8,8 @@ writes its final weights to a .npz file: plain arrays, nothing pickled.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import numpy as np
 
@@ -38,6 +40,16 @@ def rank_batch(rank: int, step: int) -> dict[str, np.ndarray]:
     }
 
 
+def group_threads() -> list[str]:
+    """Names of this process's threads that the process group started (gloo's loops, the
+    rendezvous store); after leave_group() there must be none."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            names.append(f.read().strip())
+    return sorted(n for n in names if n.startswith(("gloo", "pt_gloo", "pt_tcpstore")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, required=True)
@@ -54,7 +66,11 @@ def main() -> None:
     learner.grad_sync = GradientAverager(args.world_size)
     for step in range(args.steps):
         learner.update(rank_batch(args.rank, step))
+    learner.state_dict()  # what a checkpoint does: imports torch._dynamo on first use
     leave_group()
+    left = group_threads()
+    if left:
+        sys.exit(f"rank {args.rank}: threads still running after leave_group(): {left}")
     np.savez(args.out, **learner.policy_weights())
 
 
