@@ -26,6 +26,7 @@ from actorq.algos.capture import (
     install_runner,
 )
 from actorq.algos.feed import BatchFeeder, DeviceReplay
+from actorq.testing.batches import random_update_batches
 
 OBS, OUT, HIDDEN, B = 5, 3, (32, 32), 32
 
@@ -39,23 +40,9 @@ def _one_thread():
 
 
 def _batches(algo: str, n: int = 50, seed: int = 0, nstep: bool = False) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        b = {
-            "obs": rng.standard_normal((B, OBS), dtype=np.float32),
-            "next_obs": rng.standard_normal((B, OBS), dtype=np.float32),
-            "reward": rng.standard_normal(B).astype(np.float32),
-            "done": (rng.random(B) < 0.1).astype(np.float32),
-        }
-        if algo == "dqn":
-            b["action"] = rng.integers(0, OUT, B)
-        else:
-            b["action"] = rng.uniform(-1, 1, (B, OUT)).astype(np.float32)
-        if nstep and i % 3 == 0:
-            b["steps"] = rng.integers(1, 4, B).astype(np.float32)
-        out.append(b)
-    return out
+    return random_update_batches(
+        algo, OBS, OUT, B, n, seed, done_rate=0.1, nstep_every=3 if nstep else 0
+    )
 
 
 def _weights(i: int) -> np.ndarray | None:
