@@ -1,6 +1,6 @@
 """Random replay batches shaped like a learner's input, for timing and comparing update
-paths (bench_learner, the GPU check, the gpu-marked tests: fixed seeds, so two learners
-fed the same list see the same data; tests/unit/test_captured_update.py draws its batches here too)."""
+paths (bench_learner, the GPU check, the gpu-marked tests, test_captured_update): fixed
+seeds, so two learners fed the same list see the same data."""
 
 from __future__ import annotations
 
