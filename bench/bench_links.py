@@ -37,9 +37,13 @@ from bench.links_arm import KINDS  # noqa: E402
 SPARSE_ARM = {"algo": "td3", "env": "Pendulum-v1"}  # RLx2 sparsity needs an actor-critic
 
 
-def run_one(kind: str, seed: int, rate: float | None, args, tree: Path = ROOT) -> dict:
-    """One arm; `tree` is the checkout whose links_arm.py and services run (a baseline)."""
+def run_one(
+    kind: str, seed: int, rate: float | None, args, tree: Path = ROOT, rtt_ms: float = 0.0
+) -> dict:
+    """One arm; `tree` is the checkout whose links_arm.py and services run (a baseline);
+    `rtt_ms` > 0 adds that round-trip time through delay relays (actorq.testing.delay_relay)."""
     shape = LinkShape(rate_mbit=rate)
+    label = shape.label + (f", RTT +{rtt_ms:g} ms (relay)" if rtt_ms else "")
     with NetnsLab() as lab:
         links = [lab.add_spoke(f"a{i}", shape) for i in range(args.actors)]
         spec = {
@@ -48,7 +52,8 @@ def run_one(kind: str, seed: int, rate: float | None, args, tree: Path = ROOT) -
             "hidden": args.hidden,
             "seconds": args.seconds,
             "publish_every": args.publish_every,
-            "link_label": shape.label,
+            "link_label": label,
+            "relay_delay_ms": rtt_ms / 2,
             "links": [
                 {"spoke": link.spoke, "hub_addr": link.hub_addr, "spoke_addr": link.spoke_addr}
                 for link in links
@@ -66,12 +71,12 @@ def run_one(kind: str, seed: int, rate: float | None, args, tree: Path = ROOT) -
             if tree != ROOT:
                 result["kind"] += f" ({tree.name})"
             return result
-    raise RuntimeError(f"arm {kind} seed {seed} {shape.label} failed:\n{proc.stderr[-3000:]}")
+    raise RuntimeError(f"arm {kind} seed {seed} {label} failed:\n{proc.stderr[-3000:]}")
 
 
-def _arm(kind: str, seed: int, rate: float, args, tree: Path) -> dict:
+def _arm(kind: str, seed: int, rate: float, args, tree: Path, rtt_ms: float = 0.0) -> dict:
     started = time.monotonic()
-    r = run_one(kind, seed, rate or None, args, tree)
+    r = run_one(kind, seed, rate or None, args, tree, rtt_ms)
     took = time.monotonic() - started
     print(f"{r['link']} {r['kind']} seed {seed}: lag median {r['lag_median']} "
           f"p95 {r['lag_p95']} ({took:.0f}s)", file=sys.stderr, flush=True)  # fmt: skip
@@ -122,6 +127,12 @@ def _return_at(episodes: list, steps: int) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--links", default="20", help="Mbit/s per link, comma separated; 0 = unshaped")
+    p.add_argument(
+        "--rtt-ms",
+        default="0",
+        help="added round-trip times, comma separated (a delay relay per service; this "
+        "kernel has no netem)",
+    )
     p.add_argument("--kinds", default="fp32,int8-delta", help=f"of {', '.join(KINDS)}")
     p.add_argument("--seeds", default="0")
     p.add_argument("--actors", type=int, default=2, help="actor namespaces (one link each)")
@@ -144,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.actors < 2:
         p.error(f"--actors: expected >= 2 actor namespaces, got {args.actors}")
     args.hidden = [int(x) for x in args.hidden.split(",")]
+    try:
+        rtts = [float(x) for x in args.rtt_ms.split(",")]
+    except ValueError:
+        p.error(f"--rtt-ms: expected comma-separated milliseconds, got {args.rtt_ms!r}")
+    if any(not 0 <= r <= 2000 for r in rtts):
+        p.error(f"--rtt-ms: expected values in 0..2000 ms, got {args.rtt_ms!r}")
     reason = unavailable_reason()
     if reason:
         print(f"bench_links: cannot run: {reason}", file=sys.stderr)
@@ -154,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         for rate in [float(x) for x in args.links.split(",")]:
-            arms = [(kind, ROOT) for kind in kinds]
-            if args.baseline_tree:
-                base = Path(args.baseline_tree).resolve()
-                arms += [(kind, base) for kind in args.baseline_kinds.split(",") if kind]
-            for kind, tree in arms:
-                results.append(_arm(kind, seed, rate, args, tree))
+            for rtt in rtts:
+                arms = [(kind, ROOT) for kind in kinds]
+                if args.baseline_tree:
+                    base = Path(args.baseline_tree).resolve()
+                    arms += [(kind, base) for kind in args.baseline_kinds.split(",") if kind]
+                for kind, tree in arms:
+                    results.append(_arm(kind, seed, rate, args, tree, rtt))
     print(table(results))
     return 0
 

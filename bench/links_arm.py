@@ -44,6 +44,7 @@ from actorq.config import RunSettings  # noqa: E402
 from actorq.launch.plan import plan_services  # noqa: E402
 from actorq.launch.processes import stop_in_order  # noqa: E402
 from actorq.redis_keys import RedisKeys  # noqa: E402
+from actorq.testing.delay_relay import DelayRelay  # noqa: E402
 from actorq.testing.netns import exec_prefix  # noqa: E402
 
 REDIS_PORT = 6379  # the hub namespace is new: nothing else listens there
@@ -69,6 +70,7 @@ class ArmSpec:
     algo: str = "dqn"
     publish_every: int = 15
     warmup_timeout: float = 240.0
+    relay_delay_ms: float = 0.0  # one-way delay added by a relay in front of Redis/quantizer
 
 
 class Recorder:
@@ -179,15 +181,35 @@ def plan(spec: ArmSpec, run_dir: Path, prefix: str):
     for learner in cluster.learners:
         learner.env["ACTORQ_PUBLISH_EVERY"] = str(spec.publish_every)
     for actor, link in zip(cluster.actors, spec.links, strict=True):
-        hub = link["hub_addr"]
         actor.wrapper = exec_prefix(link["spoke"])
         actor.host = link["spoke_addr"]
+    point_actors(cluster, spec, REDIS_PORT, quantizer.grpc_port)
+    return cluster
+
+
+def point_actors(cluster, spec: ArmSpec, redis_port: int, quantizer_port: int) -> None:
+    """Actors reach Redis and the quantizer at these ports of their link's hub address."""
+    for actor, link in zip(cluster.actors, spec.links, strict=True):
+        hub = link["hub_addr"]
         actor.env.update(
             ACTORQ_BIND_HOST=link["spoke_addr"],
-            ACTORQ_QUANTIZER_ADDR=f"{hub}:{quantizer.grpc_port}",
-            ACTORQ_REDIS_URL=f"redis://{hub}:{REDIS_PORT}/0",
+            ACTORQ_QUANTIZER_ADDR=f"{hub}:{quantizer_port}",
+            ACTORQ_REDIS_URL=f"redis://{hub}:{redis_port}/0",
         )
-    return cluster
+
+
+def start_relays(cluster, spec: ArmSpec) -> list[DelayRelay]:
+    """With a relay delay, actors reach Redis and the quantizer through delay relays
+    listening on every hub address: RTT + 2 x delay where the kernel has no netem."""
+    if not spec.relay_delay_ms:
+        return []
+    delay = spec.relay_delay_ms / 1000
+    relays = [
+        DelayRelay("0.0.0.0", 0, ("127.0.0.1", port), delay).start()
+        for port in (REDIS_PORT, cluster.quantizer.grpc_port)
+    ]
+    point_actors(cluster, spec, relays[0].port, relays[1].port)
+    return relays
 
 
 def run_arm(spec: ArmSpec) -> dict:
@@ -201,6 +223,7 @@ def run_arm(spec: ArmSpec) -> dict:
     client = redis.Redis(port=REDIS_PORT)
     _wait(lambda: _ping(client), 10, "redis")
     cluster = plan(spec, work, prefix)
+    relays = start_relays(cluster, spec)
     services = [cluster.quantizer, cluster.learner, *cluster.actors]
     recorder = Recorder(client, RedisKeys(prefix))
     try:
@@ -222,6 +245,8 @@ def run_arm(spec: ArmSpec) -> dict:
     finally:
         recorder.close()
         stop_in_order([cluster.actors, cluster.learners, [cluster.quantizer]])
+        for relay in relays:
+            relay.close()
         redis_proc.terminate()
         redis_proc.wait(10)
     return summarise(spec, recorder, start, end, bytes1 - bytes0, updates1 - updates0, episodes)
@@ -259,6 +284,7 @@ def summarise(spec, rec: Recorder, start, end, sent_bytes, updates, episodes) ->
         "env": spec.env,
         "seed": spec.seed,
         "link": spec.link_label,
+        "relay_delay_ms": spec.relay_delay_ms,
         "actors": len(spec.links),
         "hidden": spec.hidden,
         "seconds": round(seconds, 2),
