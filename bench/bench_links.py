@@ -90,12 +90,14 @@ def _fmt(value, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict], return_at: tuple[int, ...] = ()) -> str:
+    """The arms' figures; `return_at` adds a column per transition count E: the mean
+    training return of the last 20 episodes ended by E transitions."""
     head = ("| link | kind | seed | versions/s | broadcast KB/s | lag mean | median | p95 "
             "| superseded median s | p95 s | first use median s | p95 s | versions used "
             "| age (updates) mean | median | p95 "
             "| env steps/s | updates/s "
-            "| return @E |")  # fmt: skip
+            "| return @E |" + "".join(f" return @{n} |" for n in return_at))  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     equal = {  # per env: the fewest transitions any arm reached
         env: min(max((s for s, _r in r["episodes"]), default=0) for r in results if r["env"] == env)
@@ -113,6 +115,7 @@ def table(results: list[dict]) -> str:
             f"| {_fmt(r.get('age_updates_mean'), 1)} | {_fmt(r.get('age_updates_median'), 0)} "
             f"| {_fmt(r.get('age_updates_p95'), 0)} "
             f"| {r['env_steps_per_s']:.0f} | {r['learner_updates_per_s']:.1f} | {_fmt(ret)} |"
+            + "".join(f" {_fmt(_return_at(r['episodes'], n))} |" for n in return_at)
         )
     lines.append(f"\nreturn @E: mean training return of the last 20 episodes ended by "
                  f"E = {equal} transitions (per env, the fewest any arm reached).")  # fmt: skip
@@ -142,11 +145,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="", help="append each arm's JSON line to this file")
     p.add_argument("--baseline-tree", default="", help="another checkout to run arms from too")
     p.add_argument("--baseline-kinds", default="", help="kinds run from --baseline-tree")
+    p.add_argument(
+        "--return-at", default="", help="also the return at these transition counts (a,b,..)"
+    )
     p.add_argument("--table-from", default="", help="only print the table of a --out file")
     args = p.parse_args(argv)
+    try:
+        return_at = tuple(int(x) for x in args.return_at.split(",") if x)
+    except ValueError:
+        p.error(f"--return-at: expected comma-separated transition counts, got {args.return_at!r}")
     if args.table_from:
         lines = Path(args.table_from).read_text().splitlines()
-        print(table([json.loads(line) for line in lines if line.strip()]))
+        print(table([json.loads(line) for line in lines if line.strip()], return_at))
         return 0
     kinds = args.kinds.split(",")
     bad = [k for k in kinds if k not in KINDS]
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                     arms += [(kind, base) for kind in args.baseline_kinds.split(",") if kind]
                 for kind, tree in arms:
                     results.append(_arm(kind, seed, rate, args, tree, rtt))
-    print(table(results))
+    print(table(results, return_at))
     return 0
 
 
