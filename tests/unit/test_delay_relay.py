@@ -68,7 +68,7 @@ def test_round_trip_takes_twice_the_delay_longer(echo_server):
             assert _recv_exactly(c, 4) == b"ping"
             times.append(time.monotonic() - t)
     assert min(times) >= 0.1  # 50 ms each way
-    assert sorted(times)[2] < 0.1 + 0.08  # and not much more (median, a loaded machine)
+    assert sorted(times)[2] < 0.2  # and not delayed twice (median, for a loaded machine)
 
 
 def test_bytes_arrive_intact_and_in_order(echo_server):
@@ -93,7 +93,7 @@ def test_chunks_in_flight_overlap_instead_of_queueing_behind_the_delay(echo_serv
         echoed = _recv_exactly(c, 80)
         took = time.monotonic() - t
     assert echoed == b"".join(b"%04d" % i for i in range(20))
-    assert 0.1 <= took < 0.5
+    assert 0.1 <= took < 1.0  # stop-and-wait would take 20 x 0.1 s
 
 
 def test_closing_one_side_reaches_the_other(echo_server):
