@@ -94,7 +94,8 @@ class Recorder:
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
-            t.join(5)
+            if t.ident is not None:  # a failed start-up never started them
+                t.join(5)
 
     def _poll(self) -> None:
         last, tick = -1, 0
@@ -198,18 +199,23 @@ def point_actors(cluster, spec: ArmSpec, redis_port: int, quantizer_port: int) -
         )
 
 
-def start_relays(cluster, spec: ArmSpec) -> list[DelayRelay]:
+def start_relays(spec: ArmSpec) -> list[DelayRelay]:
     """With a relay delay, actors reach Redis and the quantizer through delay relays
-    listening on every hub address: RTT + 2 x delay where the kernel has no netem."""
+    listening on every hub address: RTT + 2 x delay where the kernel has no netem.
+
+    They bind before the services are planned, so the free ports the plan picks cannot be
+    the ones the relays took; the quantizer's relay learns its target in `route_relays`."""
     if not spec.relay_delay_ms:
         return []
     delay = spec.relay_delay_ms / 1000
-    relays = [
-        DelayRelay("0.0.0.0", 0, ("127.0.0.1", port), delay).start()
-        for port in (REDIS_PORT, cluster.quantizer.grpc_port)
-    ]
-    point_actors(cluster, spec, relays[0].port, relays[1].port)
-    return relays
+    targets = [("127.0.0.1", REDIS_PORT), ("127.0.0.1", 0)]  # the quantizer's port comes later
+    return [DelayRelay("0.0.0.0", 0, target, delay).start() for target in targets]
+
+
+def route_relays(relays: list[DelayRelay], cluster, spec: ArmSpec) -> None:
+    if relays:
+        relays[1].target = ("127.0.0.1", cluster.quantizer.grpc_port)
+        point_actors(cluster, spec, relays[0].port, relays[1].port)
 
 
 def run_arm(spec: ArmSpec) -> dict:
@@ -222,8 +228,9 @@ def run_arm(spec: ArmSpec) -> dict:
     )  # fmt: skip
     client = redis.Redis(port=REDIS_PORT)
     _wait(lambda: _ping(client), 10, "redis")
+    relays = start_relays(spec)
     cluster = plan(spec, work, prefix)
-    relays = start_relays(cluster, spec)
+    route_relays(relays, cluster, spec)
     services = [cluster.quantizer, cluster.learner, *cluster.actors]
     recorder = Recorder(client, RedisKeys(prefix))
     try:
