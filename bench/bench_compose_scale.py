@@ -205,6 +205,13 @@ def main() -> int:
         "--samples-per-insert", default="16", help="16: compose's default; lower: more env steps"
     )
     args = parser.parse_args()
+    try:  # a bad value fails before anything is printed or started
+        if float(args.samples_per_insert) <= 0:
+            raise ValueError
+    except ValueError:
+        parser.error(
+            f"--samples-per-insert: expected a number > 0, got {args.samples_per_insert!r}"
+        )
     sizes = [int(n) for n in args.actors.split(",")]
     arms = args.arms.split(",")
     if not arms or not set(arms) <= {"compose", "processes"}:
@@ -218,13 +225,6 @@ def main() -> int:
           "KiB/s | actor MiB median / max | learner MiB | quantizer MiB | all containers "
           "MiB | load |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    try:  # a bad value fails here, before any stack starts
-        if float(args.samples_per_insert) <= 0:
-            raise ValueError
-    except ValueError:
-        parser.error(
-            f"--samples-per-insert: expected a number > 0, got {args.samples_per_insert!r}"
-        )
     print(f"samples per insert {args.samples_per_insert}; load average {os.getloadavg()[0]:.1f}")
     turn = 0
     for n in sizes:

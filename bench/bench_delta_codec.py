@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 from actorq.quant import delta as delta_module
 from actorq.quant import encode_policy
 from actorq.quant.delta import apply_delta, make_delta
+from actorq.study.runner import machine
 from actorq.v1 import policy_pb2
 
 try:
@@ -51,22 +51,6 @@ ARMS: dict[str, tuple[int, str, int]] = {
     "zstd-19": (P.DELTA_CODEC_ZSTD, "ZSTD_LEVEL", 19),
 }
 CASES = ["dqn:CartPole-v1:512x512x512:5", "dqn:CartPole-v1:64x64:5", "td3:Pendulum-v1:256x256:5"]
-
-
-def machine() -> dict:
-    model, flags = platform.processor(), []
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "bmi2")
-                flags = [f for f in wanted if f in have]
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "flags": flags, "cpus": os.cpu_count()}
 
 
 def parse_case(text: str) -> tuple[str, str, tuple[int, ...], int]:
