@@ -27,8 +27,8 @@ def test_loop_phases_add_up_to_the_measured_step_time(
     learner = _learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 60)
     learner.restore()
     learner.start()
-    # 4800 env steps (a ~1-2 s loop): the learner trains in this process, and a few ms of
-    # its GIL time landing in the loop's untimed condition check made 1200 steps (~0.2 s)
+    # 4800 env steps (a ~1-2 s loop): each run loses 2-13 ms outside the timed phases (not
+    # pinned down; the learner trains in this process), which made 1200 steps (~0.2 s)
     # read 0.89-0.995 coverage from run to run; at 4800, 0.977-0.995 in 8 runs.
     actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=4800)
     before = {
