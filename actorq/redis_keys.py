@@ -36,6 +36,12 @@ class RedisKeys:
         return f"{self.prefix}:learner:updates"
 
     @property
+    def learner_ingested(self) -> str:
+        """Hash: learner rank -> transitions its replay mirror read from the stream, set
+        when it stops (compared with `inserted_counter` to count transitions lost)."""
+        return f"{self.prefix}:learner:ingested"
+
+    @property
     def learner_sampled(self) -> str:
         """Transitions the learner has sampled so far (updates x batch size)."""
         return f"{self.prefix}:learner:sampled"

@@ -29,6 +29,17 @@ class FinalRecords:
     transitions_inserted: int | None  # acknowledged by Redis, all actors and lives
     checkpoint_version: int | None
     checkpoint_updates: int | None
+    # read by the learners' replay mirrors, all ranks, as each reported when it stopped
+    transitions_ingested: int | None = None
+
+    @property
+    def transitions_not_ingested(self) -> int | None:
+        """Acknowledged by Redis but never read by a learner: trimmed from the stream
+        (its length cap) before the learner got to them, or pushed after it stopped.
+        Only meaningful without learner restarts (a restarted mirror re-reads the stream)."""
+        if self.transitions_inserted is None or self.transitions_ingested is None:
+            return None
+        return self.transitions_inserted - self.transitions_ingested
 
     @property
     def policy_version(self) -> int | None:
@@ -48,7 +59,11 @@ class FinalRecords:
         )
 
     def as_dict(self) -> dict[str, int | bool | None]:
-        return {**asdict(self), "agree": self.agree}
+        return {
+            **asdict(self),
+            "transitions_not_ingested": self.transitions_not_ingested,
+            "agree": self.agree,
+        }
 
 
 def _first(*values: int | None) -> int | None:
@@ -74,7 +89,7 @@ def read_final_records(
     client: redis.Redis | None, keys: RedisKeys, checkpoint_dir: Path
 ) -> FinalRecords:
     """Call only after the learner and quantizer have exited (or from their final status)."""
-    latest = updates = inserted = None
+    latest = updates = inserted = ingested = None
     if client is not None:
         with contextlib.suppress(redis.RedisError):
             latest, updates, inserted = (
@@ -83,6 +98,8 @@ def read_final_records(
                     keys.policy_latest, keys.learner_updates, keys.inserted_counter
                 )
             )
+            per_rank = client.hvals(keys.learner_ingested)
+            ingested = sum(int(v) for v in per_rank) if per_rank else None
     meta = read_checkpoint_meta(checkpoint_dir)
     return FinalRecords(
         redis_policy_version=latest,
@@ -90,6 +107,7 @@ def read_final_records(
         transitions_inserted=inserted,
         checkpoint_version=_int(meta.get("version")),
         checkpoint_updates=_int(meta.get("updates")),
+        transitions_ingested=ingested,
     )
 
 

@@ -116,6 +116,13 @@ class ProgressView:
                 f"learner on {summary.learner_device}, update path "
                 f"{summary.learner_update_path}, {summary.learner_dtype}"
             )
+        lost = summary.final_records.get("transitions_not_ingested")
+        if lost and not any(name.startswith("learner") for name in summary.restarts):
+            self.console.print(
+                f"[yellow]{lost:,} of {summary.transitions_inserted:,} transitions Redis "
+                "acknowledged were never read by the learner[/yellow] (trimmed from the "
+                "replay stream before it got to them: ingest fell behind the actors)"
+            )
         self.console.print(
             f"results in {run_dir}/ (summary.json, metrics.jsonl, episodes.csv, plots)"
         )

@@ -393,6 +393,7 @@ class Learner(SettleSteps):
         self.ingest_thread.join(timeout=5.0)
         if not self.ingest_thread.is_alive():
             self._drain()
+        self._report_ingested()
         if self.publisher is None:
             return
         self.publisher.close()
@@ -420,6 +421,13 @@ class Learner(SettleSteps):
                     metrics.LEARNER_REPLAY_INSERTED.inc(added)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("redis unavailable while draining the replay stream: %s", exc)
+
+    def _report_ingested(self) -> None:
+        """This rank's ingested count, for the run's lost-transitions check."""
+        try:
+            self.client.hset(self.keys.learner_ingested, str(self.dist.rank), self.reader.added)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("could not report the ingested count to redis: %s", exc)
 
     def wait_fraction(self) -> float:
         """Share of wall time the learner waited for replay data (rate limiter or empty)."""

@@ -38,6 +38,7 @@ def test_summary_checkpoint_and_redis_agree(tmp_path: Path, redis_url: str) -> N
         latest, updates, inserted = client.mget(
             f"{prefix}:policy:latest", f"{prefix}:learner:updates", f"{prefix}:replay:inserted"
         )
+        ingested = client.hgetall(f"{prefix}:learner:ingested")
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
             client.delete(*keys)
@@ -49,6 +50,10 @@ def test_summary_checkpoint_and_redis_agree(tmp_path: Path, redis_url: str) -> N
     assert summary["learner_updates"] == checkpoint["updates"] == int(updates)
     assert summary["transitions_inserted"] == int(inserted) > 0
     assert summary["final_records"]["agree"] is True
+    # The learner read every transition Redis acknowledged (it drains after the actors stop).
+    assert ingested == {b"0": inserted}, (ingested, inserted)
+    assert summary["final_records"]["transitions_ingested"] == int(inserted)
+    assert summary["final_records"]["transitions_not_ingested"] == 0
     # CPU read from the exited processes covers every service, the learner's shutdown too.
     assert set(summary["cpu_seconds"]) >= {"quantizer", "learner", "actor-0", "evaluator"}
     assert summary["cpu_seconds"]["learner"] > 0

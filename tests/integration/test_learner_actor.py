@@ -18,13 +18,15 @@ from actorq.actor.policy_follower import PolicyFollower
 from actorq.algos.dqn import DQNConfig
 from actorq.config import ActorSettings, ConfigError, LearnerSettings
 from actorq.envs import make_vector_env
+from actorq.launch.final import read_final_records
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import WeightsPublisher
 from actorq.models import MLPSpec
 from actorq.quant import parse_precision
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
-from actorq.replay import PrioritizedSampler, decode_batch
+from actorq.replay import PrioritizedSampler, TransitionBatch, decode_batch
+from actorq.replay.redis_io import RedisReplayWriter
 
 SPEC = MLPSpec(obs_dim=4, num_outputs=2, hidden=(32, 32))
 
@@ -119,6 +121,7 @@ def test_transitions_flow_and_versions_advance_then_resume(
     entries = redis_client.xrange(redis_keys.replay_stream)
     batches = [decode_batch(fields) for _, fields in entries]
     assert sum(len(b) for b in batches) == actor.inserted
+    assert int(redis_client.hget(redis_keys.learner_ingested, "0")) == actor.inserted
     assert {b.actor_id for b in batches} == {"actor-0"}
     assert {b.precision for b in batches} == {"int8"}
     versions = [b.policy_version for b in batches]
@@ -300,3 +303,36 @@ def test_learner_refuses_warm_up_larger_than_its_replay(
             threading.Event(),
         )
     publisher.close()
+
+
+def test_final_records_count_transitions_trimmed_before_the_learner_read_them(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    """Actors far ahead of a stream capped at a few entries: the learner can only read
+    what is left, and the run's final records say how many it never saw."""
+    writer = RedisReplayWriter(redis_client, redis_keys, maxlen_entries=5)
+    rng = np.random.default_rng(0)
+    for _ in range(400):  # approximate trimming keeps up to a macro node (~100 entries)
+        writer.write(
+            TransitionBatch(
+                obs=rng.normal(size=(8, 4)).astype(np.float32),
+                action=rng.integers(0, 2, 8),
+                reward=np.ones(8, np.float32),
+                next_obs=rng.normal(size=(8, 4)).astype(np.float32),
+                done=np.zeros(8, bool),
+                actor_id="actor-0",
+                policy_version=1,
+                precision="int8",
+            )
+        )
+    stop = threading.Event()
+    learner = _learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 0)
+    learner.restore()
+    learner.start()
+    learner.finish()
+
+    records = read_final_records(redis_client, redis_keys, tmp_path)
+    left = 8 * redis_client.xlen(redis_keys.replay_stream)  # every entry holds 8
+    assert records.transitions_inserted == 3200
+    assert records.transitions_ingested == learner.reader.added == len(learner.storage) == left
+    assert records.transitions_not_ingested == 3200 - left > 0
