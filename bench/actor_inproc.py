@@ -10,6 +10,7 @@ left out. Transitions go to a real Redis. Used by bench_throughput.py and for pr
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 import uuid
@@ -27,7 +28,8 @@ from actorq.config import ActorSettings, parse_int_tuple
 from actorq.envs import make_vector_env
 from actorq.redis_keys import RedisKeys
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+# The local Redis; the GPU check points it at an embedded one (that machine runs none).
+REDIS_URL = os.environ.get("ACTORQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @dataclass

@@ -6,6 +6,10 @@ Stages, in this order (what does not fit the budget is reported as skipped):
            offers, and whether `auto` picked the faster device (bench/gpu_cases.py)
   scaling  CartPole 64x64 int8 `actorq run`, 1/4/8/14 actors at 16 and 0.125 samples
            per insert (learner auto), plus 14 actors at 16 with the learner on cuda
+  throughput  issue 30 on this machine: one actor vs its raw vector env (CartPole 64x64
+           int8, bench_throughput.py, Redis embedded), then `actorq run` with 14 actors at
+           0.125 samples per insert: env steps/s, and transitions Redis acknowledged that
+           the learner never read (0 expected)
   e2e      DQN 1024^3, 12 actors, fp32/int8 actors x CPU (4 threads) / GPU learner, 0.125
   learner  bench/bench_learner.py --paths ... --device cpu and cuda (--json)
   pytest   the `gpu`-marked tests
@@ -63,6 +67,15 @@ class Plan:
     # time, as the full plan does.
     run_env_steps: int = 0
     bench_args: tuple[str, ...] = ("--quick",)
+    # throughput: bench_throughput.py's raw/actor phases, then (actors, M, spi) runs
+    ratio_m: tuple[int, ...] = (32, 128)
+    ratio_rounds: int = 2
+    ratio_seconds: float = 3.0
+    throughput_arms: tuple[tuple[int, int, float], ...] = (
+        (14, 128, 0.125), (14, 128, 0.03), (14, 32, 0.125),
+    )  # fmt: skip
+    throughput_seconds: float = 35.0
+    throughput_skip: float = 10.0
     pytest_paths: tuple[str, ...] = ("tests",)
     e2e_arms: tuple[tuple[str, str, str], ...] = (  # (learner, torch threads, precision)
         ("gpu", "1", "fp32"), ("gpu", "1", "int8"), ("cpu", "4", "fp32"), ("cpu", "4", "int8"),
@@ -70,7 +83,8 @@ class Plan:
     # Seconds per stage; together 435 of the 440 s budget (bench/gpu_check.sh: 8 minutes
     # with the wheel install and start-up).
     timeouts: dict[str, float] = field(default_factory=lambda: {
-        "env": 15, "cases": 45, "scaling": 150, "e2e": 120, "learner": 55, "pytest": 50,
+        "env": 15, "throughput": 230, "cases": 45, "scaling": 150, "e2e": 120, "learner": 55,
+        "pytest": 50,
     })  # fmt: skip
 
     @classmethod
@@ -81,9 +95,11 @@ class Plan:
             e2e_arms=(("gpu", "1", "fp32"), ("cpu", "4", "int8")),
             e2e_hidden="64,64", e2e_actors=1, case_seconds=0.2, run_env_steps=150000,
             bench_args=("--rounds", "1", "--updates", "3"),
+            ratio_m=(8,), ratio_rounds=1, ratio_seconds=1.0,
+            throughput_arms=((1, 8, 0.125),), throughput_skip=0.0,
             pytest_paths=("tests/unit/test_learner_device_gpu.py",),
-            timeouts={"env": 30, "cases": 60, "scaling": 150, "e2e": 150, "learner": 240,
-                      "pytest": 60},
+            timeouts={"env": 30, "throughput": 150, "cases": 60, "scaling": 150, "e2e": 150,
+                      "learner": 240, "pytest": 60},
         )  # fmt: skip
 
 
@@ -177,7 +193,41 @@ def one_run(name: str, flags: list[str], seconds: float, skip: float, args, dead
         return {**row, "error": str(exc)}
     for key in ("learner_device", "learner_update_path", "broadcast_bytes_total", "wall_seconds"):
         row[key] = summary.get(key)
+    records = summary.get("final_records") or {}
+    for key in ("transitions_inserted", "transitions_ingested", "transitions_not_ingested"):
+        row[key] = records.get(key)
+    row["restarts"] = summary.get("restarts") or {}
     return row
+
+
+def stage_throughput(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> None:
+    """Issue 30's figures on this machine: the actor/raw ratio, then many actors through
+    the real services, each run's env steps/s and transitions lost."""
+    from actorq.redis_server import EmbeddedRedis
+
+    plan = args.plan
+    json_path = args.workdir / "bench-throughput.json"
+    cmd = [PY, str(ROOT / "bench" / "bench_throughput.py"), "--envs", "cartpole64",
+           "--m", ",".join(map(str, plan.ratio_m)), "--precisions", "int8",
+           "--phases", "raw,actor", "--rounds", str(plan.ratio_rounds),
+           "--seconds", f"{plan.ratio_seconds:g}", "--json", str(json_path)]  # fmt: skip
+    budget = len(plan.ratio_m) * plan.ratio_rounds * 2 * plan.ratio_seconds + 60
+    with EmbeddedRedis() as server:  # the actor phase pushes to a real Redis
+        env = {"ACTORQ_BENCH_REDIS_URL": server.url}
+        code, out = run_cmd(cmd, min(budget, deadline.left()), env)
+    ratio = {"code": code, "out": tables.tail(out, 2500)}
+    if code == 0 and json_path.exists():
+        ratio["cells"] = tables.ratio_cells(json.loads(json_path.read_text()))
+    rows = []
+    for actors, m, spi in plan.throughput_arms:
+        flags = ["--actors", str(actors), "--envs-per-actor", str(m), "--samples-per-insert",
+                 f"{spi:g}", "--precision", "int8", "--learner-device", "auto"]  # fmt: skip
+        name = f"tp-a{actors}-m{m}-spi{spi:g}"
+        row = one_run(name, flags, plan.throughput_seconds, plan.throughput_skip, args, deadline)
+        rows.append({**row, "actors": actors, "m": m, "spi": spi})
+    stage.data = {"ratio": ratio, "rows": rows}
+    ok = code == 0 and all("error" not in r for r in rows)
+    stage.status = "ok" if ok else ("timeout" if code is None else "failed")
 
 
 def stage_scaling(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> None:
@@ -257,8 +307,8 @@ def stage_pytest(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> 
 
 
 STAGES = {
-    "env": stage_env, "cases": stage_cases, "scaling": stage_scaling, "e2e": stage_e2e,
-    "learner": stage_learner, "pytest": stage_pytest,
+    "env": stage_env, "throughput": stage_throughput, "cases": stage_cases,
+    "scaling": stage_scaling, "e2e": stage_e2e, "learner": stage_learner, "pytest": stage_pytest,
 }  # fmt: skip
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,63 @@ def _scaling_target(rows: list[dict]) -> str:
             f"steps/s (target >= {SCALING_TARGET:g}x: {verdict}).")  # fmt: skip
 
 
+THROUGHPUT_TARGET = 1_000_000  # env steps/s through the services, 16 cores (issue 30)
+RATIO_TARGET = 0.5  # one actor vs its raw vector env (issue 30's 2-core target)
+
+
+def ratio_cells(results: dict[str, list]) -> list[dict]:
+    """bench_throughput.py --json (raw and actor phases) as one row per M: medians."""
+    cells = []
+    for key, raw in results.items():
+        name, phase, _precision, m = key.split()
+        actor = results.get(f"{name} actor int8 {m}")
+        if phase != "raw" or not actor:
+            continue
+        raw_rate = statistics.median(raw)
+        actor_rate = statistics.median(v[0] for v in actor)
+        phases = {p: statistics.median(v[1][p] for v in actor) for p in actor[0][1]}
+        cells.append({"m": int(m), "raw": raw_rate, "actor": actor_rate,
+                      "ratio": actor_rate / raw_rate, "phases_us": phases})  # fmt: skip
+    return sorted(cells, key=lambda c: c["m"])
+
+
+def throughput_section(data: dict) -> list[str]:
+    ratio = data.get("ratio") or {}
+    out = ["One actor (policy in process, pushing to an embedded Redis) vs the raw vector "
+           "env, CartPole-v1 64x64 int8, medians of the rounds:", "",
+           "| M | raw env steps/s | actor env steps/s | actor/raw | us per vector step "
+           "(inference, explore, env, record, push) |", "|---:|---:|---:|---:|---|"]  # fmt: skip
+    for c in ratio.get("cells") or []:
+        ph = c["phases_us"]
+        parts = ", ".join(f"{ph.get(k, 0):.0f}" for k in
+                          ("inference", "explore", "env_step", "record", "push"))  # fmt: skip
+        out.append(f"| {c['m']} | {c['raw']:,.0f} | {c['actor']:,.0f} | {c['ratio']:.2f}x "
+                   f"| {parts} |")  # fmt: skip
+    if not ratio.get("cells"):
+        out += ["", f"Ratio not measured (exit {ratio.get('code')}):", "", "```",
+                ratio.get("out", ""), "```"]  # fmt: skip
+    out += ["", "`actorq run`, CartPole-v1 64x64 int8 actors, learner `auto`:", "",
+            "| actors | M | samples/insert | learner (path) | env steps/s | updates/s "
+            "| inserted | ingested | not ingested |",
+            "|---:|---:|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    best = None
+    for r in data.get("rows") or []:
+        head = f"| {r['actors']} | {r['m']} | {r['spi']:g} |"
+        if "error" in r:
+            out.append(f"{head} {r['error'][-200:]} | | | | | |")
+            continue
+        best = max(best or 0.0, r["env_steps_per_s"])
+        out.append(f"{head} {r.get('learner_device')} ({r.get('learner_update_path')}) | "
+                   f"{r['env_steps_per_s']:,.0f} | {r['updates_per_s']:,.0f} | "
+                   f"{_fmt(r.get('transitions_inserted'))} | {_fmt(r.get('transitions_ingested'))} "
+                   f"| {_fmt(r.get('transitions_not_ingested'))} |")  # fmt: skip
+    if best is None:
+        return [*out, "", "Env steps/s through the services: not measured."]
+    verdict = "met" if best >= THROUGHPUT_TARGET else "NOT met"
+    return [*out, "", f"Best env steps/s through the services: {best:,.0f} (target >= "
+            f"{THROUGHPUT_TARGET:,} on 16 cores: {verdict})."]  # fmt: skip
+
+
 def e2e_section(data: dict) -> list[str]:
     rows = data.get("rows") or []
     out = [
@@ -223,6 +281,10 @@ def pytest_section(data: dict) -> list[str]:
 
 SECTIONS = {
     "env": ("Machine", lambda s: env_section(s.data)),
+    "throughput": (
+        "0. Throughput: one actor vs its env, and many actors through the services",
+        lambda s: throughput_section(s.data),
+    ),
     "cases": ("1. Learner updates: issue 29's four cases", lambda s: cases_section(s.data)),
     "scaling": ("2. Actor scaling: CartPole 64x64 int8", lambda s: scaling_section(s.data)),
     "e2e": ("3. End to end: DQN 1024^3, 0.125 samples/insert", lambda s: e2e_section(s.data)),

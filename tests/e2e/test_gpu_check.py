@@ -50,13 +50,14 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
     text = report.read_text()
     stages = json.loads(report.with_suffix(".json").read_text())
     assert {name: s["status"] for name, s in stages.items()} == dict.fromkeys(
-        ("env", "cases", "scaling", "e2e", "learner", "pytest"), "ok"
+        ("env", "throughput", "cases", "scaling", "e2e", "learner", "pytest"), "ok"
     )
     assert f"- PYTHONPATH: `{tmp_path / 'site'}:{ROOT}" in text  # wheels first, then checkout
     for title in (
         "## Machine",
         "## 1. Learner updates",
         "## 2. Actor scaling",
+        "## 0. Throughput",
         "## 3. End to end",
         "## 4. bench_learner.py",
         "## 5. The gpu-marked tests",
@@ -71,6 +72,13 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
         assert rows and all(r["env_steps_per_s"] > 0 and r["updates_per_s"] > 0 for r in rows)
         assert all(r["learner_device"] == "cpu" for r in rows)
     assert "| 1 | 16 | auto | cpu (numpy-flat) |" in text
+    # issue 30's figures: the actor/raw ratio, and no transition lost through the services
+    (cell,) = stages["throughput"]["data"]["ratio"]["cells"]
+    assert cell["m"] == 8 and cell["raw"] > 0 and 0 < cell["ratio"] == cell["actor"] / cell["raw"]
+    (run,) = stages["throughput"]["data"]["rows"]
+    assert run["env_steps_per_s"] > 0 and run["learner_device"] == "cpu"
+    assert run["transitions_inserted"] == run["transitions_ingested"] > 0
+    assert run["transitions_not_ingested"] == 0
     assert "not measured (no GPU learner in this check)" in text  # never an estimate
     assert "| fast / torch |" in text or "| device |" in text  # bench_learner's own table
     assert "skipped" in stages["pytest"]["data"]["out"]  # gpu tests skip, saying why
