@@ -136,7 +136,8 @@ def stage_env(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> Non
     smi_query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv"]
     smi_code, smi = run_cmd(smi_query, 10) if _has("nvidia-smi") else (1, "")
     git_code, commit = (
-        run_cmd(["git", "rev-parse", "--short", "HEAD"], 10) if _has("git") else (1, "")
+        # --dirty: a device machine may get the working tree with an older .git beside it
+        run_cmd(["git", "describe", "--always", "--dirty"], 10) if _has("git") else (1, "")
     )
     facts.update(
         python=platform.python_version(), cpu=cpu_label(), cores=os.cpu_count(),
