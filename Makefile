@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-wheels bench-links bench-throughput
+.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -121,6 +121,9 @@ gpu-wheels:  ## download the GPU machine's missing cp312 wheels into gpu-wheels/
 
 gpu-check:  ## on a GPU machine, no network: learner, scaling, end-to-end tables + gpu tests in < 8 min, one report (docs/gpu-learner.md)
 	./bench/gpu_check.sh $(ARGS)
+
+gpu-throughput:  ## on a 16-core (GPU) machine, no network: one actor vs its env, 14 actors through actorq run (issue 30), ~4 min
+	./bench/gpu_check.sh --stages env,throughput $(ARGS)
 
 deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
 	./scripts/check_deploy.sh

@@ -42,7 +42,8 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
            "GPU_SITE": str(tmp_path / "site"), "GPU_REPORT": str(report)}  # fmt: skip
     env.pop("PYTHONPATH", None)
     result = subprocess.run(
-        ["bench/gpu_check.sh", "--cpu-only", "--tiny", "--workdir", str(tmp_path / "runs")],
+        ["bench/gpu_check.sh", "--cpu-only", "--tiny", "--stages", "all", "--workdir",
+         str(tmp_path / "runs")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=580, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
