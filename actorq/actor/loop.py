@@ -25,8 +25,9 @@ from gymnasium import spaces
 from prometheus_client import Histogram
 
 from actorq import metrics
-from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns, auto_push_every
+from actorq.actor.columns import PendingTransitions, StepColumns, auto_push_every
 from actorq.actor.episodes import EpisodeTracker
+from actorq.actor.fast_act import fast_acting
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.push import Transaction
@@ -130,11 +131,9 @@ class _EnvWorker:
         return histogram
 
     def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` inside the loop's inference-mode scope (no scope of its own); its
-        latency is observed in bulk at the next `_flush_observations`."""
+        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act)."""
         started = time.perf_counter()
-        # forward itself: Module.__call__'s hook checks cost ~4 us a call (no hooks here).
-        q = policy.module.forward(torch.from_numpy(obs)).numpy()
+        q = self.forward(policy, obs)
         self._inference_seconds.append((policy.precision, time.perf_counter() - started))
         return q
 
@@ -184,7 +183,8 @@ class Actor(_EnvWorker):
         # continuous and n-step ones the plain path.
         self.fast = settings.fast_step and not self.continuous and self.nstep is None
         if self.fast:
-            self.explore = EpsilonGreedy(self.epsilon, int(self.env.single_action_space.n))
+            num_actions = int(self.env.single_action_space.n)  # numba where it can (fast_act)
+            self.explore, self.forward = fast_acting(self.epsilon, num_actions, settings.fused_act)
             space = self.env.single_observation_space
             steps = -(-self.push_every // self.env.num_envs) + 1
             self.pending = StepColumns(

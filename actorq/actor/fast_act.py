@@ -1,0 +1,125 @@
+"""The fast path's acting in compiled calls: the policy's forward and epsilon-greedy.
+
+At CartPole's sizes the torch forward of an int8 policy is mostly the call overhead of
+~8 ops, and `EpsilonGreedy` is ~6 numpy calls; together they were about a third of an
+actor's vector step (docs/actor-throughput.md). With numba installed (the "prioritized"
+extra; numba's matrix products also need scipy, which the mujoco and atari extras bring)
+and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
+
+- `PolicyForward`: `actorq.quant.fused_mlp.FusedMLP`, one numba call equal to the
+  module's forward (int8 layers bit for bit, tests/unit/test_fused_mlp.py), built once per
+  policy version; policies it cannot express (CNNs, fp32/fp16 precisions, float fallback
+  layers) keep the torch module;
+- `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
+  same seed gives the same actions, the same greedy actions and log-probs).
+
+Without numba or scipy, or with ACTORQ_FUSED_ACT=0, both are the torch module and `EpsilonGreedy`.
+numba's import (~0.3 s) and the kernels' load from its on-disk cache happen in
+`warm_up`, which the actor calls while it is built, before its loop's clock starts; the
+first compile in a fresh environment takes ~10 s (BENCHMARKS.md 23f).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from actorq.actor.columns import EpsilonGreedy
+from actorq.actor.policy_follower import LoadedPolicy
+
+
+def fused_available(enabled: bool) -> bool:
+    """Whether the compiled path runs: switched on, numba importable, and scipy too
+    (numba's np.dot calls scipy's BLAS; scipy comes with the mujoco and atari extras,
+    not with numba). Imported here, only when switched on."""
+    if not enabled:
+        return False
+    try:
+        import numba  # noqa: F401
+        import scipy.linalg.cython_blas  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class PolicyForward:
+    """obs float32 [M, obs_dim] -> outputs [M, A] for a policy, fused where possible.
+
+    The torch path runs inside the caller's inference-mode scope (the actor loop's)."""
+
+    def __init__(self, fused: bool) -> None:
+        self.fused = fused
+        self._policy: LoadedPolicy | None = None
+        self._call: Callable[[np.ndarray], np.ndarray] = _torch_forward(None)
+        self.kind = "torch"  # which path the current policy runs (tests, logs)
+
+    def __call__(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
+        if policy is not self._policy:
+            self._policy = policy
+            self._call, self.kind = self._build(policy)
+        return self._call(obs)
+
+    def _build(self, policy: LoadedPolicy) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+        if self.fused:
+            from actorq.quant.fused_mlp import fuse_mlp
+
+            fused = fuse_mlp(policy.module)
+            if fused is not None:
+                return fused, "fused"
+        return _torch_forward(policy.module), "torch"
+
+
+def _torch_forward(module) -> Callable[[np.ndarray], np.ndarray]:
+    def forward(obs: np.ndarray) -> np.ndarray:
+        # forward itself: Module.__call__'s hook checks cost ~4 us a call (no hooks here).
+        return module.forward(torch.from_numpy(obs)).numpy()
+
+    return forward
+
+
+class FusedEpsilonGreedy(EpsilonGreedy):
+    """`EpsilonGreedy` in one compiled call: the same `rng.random(M)` draw, then argmax,
+    explore-or-not, action and log-prob per env (actorq.actor.act_kernels)."""
+
+    def __init__(self, epsilon: np.ndarray, num_actions: int) -> None:
+        super().__init__(epsilon, num_actions)
+        from actorq.actor.act_kernels import epsilon_greedy_into
+
+        self._kernel = epsilon_greedy_into
+        m = len(self.epsilon)
+        self._taken = np.empty(m, np.int64)
+        self._greedy = np.empty(m, np.int64)
+        self._logp = np.empty(m, np.float32)
+
+    def __call__(
+        self, q_values: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(taken, greedy, log mu(taken)) in buffers reused by the next call: callers copy
+        them before then (StepColumns.add does)."""
+        u = rng.random(len(self.epsilon))
+        self._kernel(q_values, u, self.epsilon, self.action_scale, self.logp_greedy,
+                     self.logp_other, self._taken, self._greedy, self._logp)  # fmt: skip
+        return self._taken, self._greedy, self._logp
+
+
+def fast_acting(
+    epsilon: np.ndarray, num_actions: int, enabled: bool
+) -> tuple[EpsilonGreedy, PolicyForward]:
+    """The fast path's exploration and forward: compiled (kernels loaded now, before the
+    loop's clock starts) when `enabled` and numba is installed, else numpy and torch."""
+    fused = fused_available(enabled)
+    if fused:
+        warm_up()
+    explore = (FusedEpsilonGreedy if fused else EpsilonGreedy)(epsilon, num_actions)
+    return explore, PolicyForward(fused)
+
+
+def warm_up() -> None:
+    """Import numba and load (or compile) the kernels, on a tiny net, before the loop."""
+    from actorq.actor.act_kernels import warm_up as warm_explore
+    from actorq.quant.fused_mlp import warm_up as warm_forward
+
+    warm_forward()
+    warm_explore()
