@@ -12,8 +12,12 @@ and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
   layers) keep the torch module;
 - `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
   same seed gives the same actions, the same greedy actions and log-probs).
+- `FusedRecorder`: `StepRecorder` (the step's eight column copies into `StepColumns`,
+  the valid-row count and the episode tracker's running sums, ~6 numpy calls and ~20
+  attribute lookups) in one numba call, for flat float32 observations.
 
-Without numba or scipy, or with ACTORQ_FUSED_ACT=0, both are the torch module and `EpsilonGreedy`.
+Without numba or scipy, or with ACTORQ_FUSED_ACT=0: the torch module, `EpsilonGreedy` and
+`StepRecorder`.
 numba's import (~0.3 s) and the kernels' load from its on-disk cache happen in
 `warm_up`, which the actor calls while it is built, before its loop's clock starts; the
 first compile in a fresh environment takes ~10 s (BENCHMARKS.md 23f).
@@ -26,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from actorq.actor.columns import EpsilonGreedy
+from actorq.actor.columns import EpsilonGreedy, StepColumns, StepRecorder
 from actorq.actor.policy_follower import LoadedPolicy
 
 
@@ -102,6 +106,46 @@ class FusedEpsilonGreedy(EpsilonGreedy):
         self._kernel(q_values, u, self.epsilon, self.action_scale, self.logp_greedy,
                      self.logp_other, self._taken, self._greedy, self._logp)  # fmt: skip
         return self._taken, self._greedy, self._logp
+
+
+class FusedRecorder(StepRecorder):
+    """`StepRecorder` in one compiled call (actorq.actor.act_kernels.record_step): the
+    eight column copies, the valid-row count and the episodes' running sums."""
+
+    def __init__(self, pending: StepColumns, episodes) -> None:
+        super().__init__(pending, episodes)
+        from actorq.actor.act_kernels import record_step
+
+        self._kernel = record_step
+        m = pending.num_envs
+        self._done_returns, self._done_lengths = np.empty(m), np.empty(m, np.int64)
+
+    def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
+        p, e = self.pending, self.episodes
+        if p.t == p.capacity:
+            p._grow()
+        # C-ordered, with the dtypes the kernel was warmed up for (no compile in the loop).
+        obs, next_obs = np.ascontiguousarray(obs), np.ascontiguousarray(step.next_obs)
+        valid, done = self._kernel(
+            p.t, obs, taken, np.asarray(step.rewards, np.float64), next_obs,
+            np.asarray(step.terminated, np.bool_), step.valid, greedy, logp, step.ended,
+            p.obs, p.next_obs, p.action, p.reward, p.done, p.valid, p.behaviour, p.logp,
+            e.returns, e.lengths, self._done_returns, self._done_lengths,
+        )  # fmt: skip
+        p.t += 1
+        p.count += valid
+        if done:
+            returns, lengths = self._done_returns[:done].copy(), self._done_lengths[:done].copy()
+            e.finished(returns, lengths, version, env_steps + valid)
+        return valid
+
+
+def make_recorder(pending: StepColumns, episodes, enabled: bool) -> StepRecorder:
+    """The compiled recorder for flat float32 observations when the kernels run (pixels
+    and other dtypes keep the numpy one: one compiled signature, loaded before the loop)."""
+    flat = len(pending.obs_shape) == 1 and pending.obs_dtype == np.float32
+    fused = flat and fused_available(enabled)
+    return (FusedRecorder if fused else StepRecorder)(pending, episodes)
 
 
 def fast_acting(

@@ -27,7 +27,7 @@ from prometheus_client import Histogram
 from actorq import metrics
 from actorq.actor.columns import PendingTransitions, StepColumns, auto_push_every
 from actorq.actor.episodes import EpisodeTracker
-from actorq.actor.fast_act import fast_acting
+from actorq.actor.fast_act import fast_acting, make_recorder
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.push import Transaction
@@ -190,6 +190,7 @@ class Actor(_EnvWorker):
             self.pending = StepColumns(
                 self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
             )
+            self.record = make_recorder(self.pending, self.episodes, settings.fused_act)
         self.inserted = 0
         self._steps_exported = 0
         self._in_flight: Transaction | None = None  # sent, replies not read yet
@@ -340,15 +341,9 @@ class Actor(_EnvWorker):
         self.clock.mark("explore")
         step = self.stepper.step(taken)
         self.clock.mark("env_step")
-        v = step.valid
-        steps = int(np.count_nonzero(v))
-        self.pending.add(
-            obs, taken, step.rewards, step.next_obs, step.terminated, v, greedy, logp, steps
-        )
+        steps = self.record(obs, taken, greedy, logp, step, policy.version, self.env_steps)
         self.version_of_pending, self.precision = policy.version, policy.precision
         self._count_steps(steps)
-        rewards = step.rewards if steps == len(v) else np.where(v, step.rewards, 0.0)
-        self._track_episodes(rewards, step.ended, policy.version)
         self.clock.mark("record")
         return step.obs
 

@@ -1,5 +1,5 @@
-"""The fused numba forward and exploration (actorq.quant.fused_mlp, actorq.actor.fast_act)
-against the torch/fbgemm module and `EpsilonGreedy` they replace, and their fallback."""
+"""The fast path's numba kernels (actorq.quant.fused_mlp, actorq.actor.fast_act) against
+what they replace: the torch/fbgemm module, `EpsilonGreedy` and `StepRecorder`."""
 
 from __future__ import annotations
 
@@ -7,13 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-from actorq.actor.columns import EpsilonGreedy
+from actorq.actor.columns import EpsilonGreedy, StepColumns, StepRecorder
+from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.policy_follower import LoadedPolicy
+from actorq.actor.stepper import VectorStep
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork
 from actorq.quant import make_int8_linear, quantize_int8_per_channel, quantized_policy_from_weights
 
 pytest.importorskip("numba")
-from actorq.actor.fast_act import FusedEpsilonGreedy, PolicyForward, fast_acting
+from actorq.actor.fast_act import (
+    FusedEpsilonGreedy,
+    FusedRecorder,
+    PolicyForward,
+    fast_acting,
+)
 from actorq.quant.fused_mlp import fuse_mlp, int8_linear
 
 
@@ -139,3 +146,41 @@ def test_switched_on_the_actor_fast_path_runs_the_kernels() -> None:
     out = forward(LoadedPolicy(1, "int8", module, 0), obs)
     assert forward.kind == "fused"
     np.testing.assert_allclose(out, _torch(module, obs), rtol=0, atol=1e-6)
+
+
+def _random_step(rng: np.random.Generator, m: int) -> VectorStep:
+    obs = rng.normal(size=(m, 3)).astype(np.float32)
+    terminated = rng.random(m) < 0.2
+    valid = rng.random(m) < 0.8
+    ended = (terminated | (rng.random(m) < 0.1)) & valid
+    return VectorStep(obs, obs.T.copy().T, rng.normal(size=m), terminated, ended, valid)
+
+
+def test_fused_recorder_records_what_the_numpy_one_records() -> None:
+    """Columns (past their preallocated capacity), valid counts, running returns and the
+    finished episodes (returns, lengths, env steps), on steps with reset rows and endings;
+    next_obs arrives Fortran-ordered, as CartPole's vector env returns it."""
+    m, rng = 5, np.random.default_rng(3)
+    recorders = []
+    for cls in (StepRecorder, FusedRecorder):
+        pending, episodes = StepColumns(m, (3,), np.float32, steps=2), EpisodeTracker(m, "a", "t")
+        recorders.append(cls(pending, episodes))
+    env_steps = [0, 0]
+    for t in range(40):
+        step = _random_step(rng, m)
+        taken, greedy = rng.integers(0, 3, size=(2, m))
+        logp = rng.normal(size=m).astype(np.float32)
+        for k, record in enumerate(recorders):
+            env_steps[k] += record(step.obs, taken, greedy, logp, step, t, env_steps[k])
+    (plain, fused) = recorders
+    assert env_steps[0] == env_steps[1] > 0 and plain.pending.count == fused.pending.count
+    a, b = plain.pending.batch("a", 1, "int8"), fused.pending.batch("a", 1, "int8")
+    for column in ("obs", "action", "reward", "next_obs", "done", "behaviour", "behaviour_logp"):
+        np.testing.assert_array_equal(getattr(a, column), getattr(b, column), err_msg=column)
+    np.testing.assert_array_equal(plain.episodes.returns, fused.episodes.returns)
+    np.testing.assert_array_equal(plain.episodes.lengths, fused.episodes.lengths)
+    pending = [(e.episode_return, e.length, e.policy_version, e.env_steps)
+               for e in plain.episodes.pending]  # fmt: skip
+    assert len(pending) > 10
+    assert pending == [(e.episode_return, e.length, e.policy_version, e.env_steps)
+                       for e in fused.episodes.pending]  # fmt: skip
