@@ -93,19 +93,20 @@ class FusedEpsilonGreedy(EpsilonGreedy):
 
         self._kernel = epsilon_greedy_into
         m = len(self.epsilon)
-        self._taken = np.empty(m, np.int64)
-        self._greedy = np.empty(m, np.int64)
+        self._tables = np.stack(
+            [self.epsilon, self.action_scale, self.logp_greedy, self.logp_other]
+        ).astype(np.float64)  # float32 log-probs are exact in float64
+        self._actions = np.empty((2, m), np.int64)
         self._logp = np.empty(m, np.float32)
 
     def __call__(
         self, q_values: np.ndarray, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(taken, greedy, log mu(taken)) in buffers reused by the next call: callers copy
-        them before then (StepColumns.add does)."""
+        them before then (StepColumns.add and the recorder do)."""
         u = rng.random(len(self.epsilon))
-        self._kernel(q_values, u, self.epsilon, self.action_scale, self.logp_greedy,
-                     self.logp_other, self._taken, self._greedy, self._logp)  # fmt: skip
-        return self._taken, self._greedy, self._logp
+        self._kernel(q_values, u, self._tables, self._actions, self._logp)
+        return self._actions[0], self._actions[1], self._logp
 
 
 class FusedRecorder(StepRecorder):
