@@ -140,7 +140,7 @@ def mlp_forward(obs, params, layout):
     at += dim * width + width
     x = (obs - shift) * scale if has_norm else obs
     x = np.dot(x, w_t)
-    _bias_relu(x, b, relu)
+    lo, hi = _bias_relu(x, b, relu)
     codes_at = at
     vec_at = codes_at
     for layer in range(layers):
@@ -152,8 +152,9 @@ def mlp_forward(obs, params, layout):
     for layer in range(layers):
         k, n, layer_relu = layout[6 + 3 * layer], layout[7 + 3 * layer], layout[8 + 3 * layer]
         w = params[codes_at : codes_at + k * n].reshape((k, n))
-        x = int8_linear(x, w, params[scales_at : scales_at + n], params[bias_at : bias_at + n],
-                        layer_relu != 0, reduce_range)  # fmt: skip
+        x, lo, hi = _int8_layer(x, lo, hi, w, params[scales_at : scales_at + n],
+                                params[bias_at : bias_at + n], layer_relu != 0,
+                                reduce_range)  # fmt: skip
         codes_at += k * n
         scales_at += n
         bias_at += n
@@ -162,19 +163,32 @@ def mlp_forward(obs, params, layout):
 
 @numba.njit(cache=True, nogil=True)
 def _bias_relu(y, b, relu):
+    """y + b [then ReLU], in place; (min, max) of the result for the next layer's
+    quantizer, taken on the way (a pass over y less)."""
     m, n = y.shape
+    lo, hi = np.full(n, np.inf, np.float32), np.full(n, -np.inf, np.float32)
     for i in range(m):
         row = y[i]
         for j in range(n):
             v = row[j] + b[j]
-            row[j] = max(v, np.float32(0.0)) if relu else v
+            v = max(v, np.float32(0.0)) if relu else v
+            row[j] = v
+            lo[j] = v if v < lo[j] else lo[j]
+            hi[j] = v if v > hi[j] else hi[j]
+    return _reduce_min_max(lo, hi)
 
 
 @numba.njit(cache=True, nogil=True)
 def int8_linear(x, codes_t, w_scales, bias, relu, reduce_range):
     """fbgemm's dynamic int8 Linear: x float32 [m, k], codes_t float32 int8 codes [k, n]."""
-    n = codes_t.shape[1]
     lo, hi = min_max(x)
+    return _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range)[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range):
+    """`int8_linear` given x's (min, max); returns (y, min(y), max(y))."""
+    n = codes_t.shape[1]
     a_scale, zero_point = activation_qparams(lo, hi, reduce_range)
     # Exact: integer products, integer partial sums below 2**24 (see the module docstring).
     acc = np.dot(quantize(x, a_scale, zero_point), codes_t)
@@ -187,12 +201,26 @@ def int8_linear(x, codes_t, w_scales, bias, relu, reduce_range):
             col_sum += codes_t[p]
         acc -= np.float32(zero_point) * col_sum
     m = acc.shape[0]
+    lo_j, hi_j = np.full(n, np.inf, np.float32), np.full(n, -np.inf, np.float32)
     for i in range(m):
         row = acc[i]
         for j in range(n):
             v = np.float32(np.float64(row[j]) * out_scale[j] + bias[j])  # one rounding
-            row[j] = max(v, np.float32(0.0)) if relu else v
-    return acc
+            v = max(v, np.float32(0.0)) if relu else v
+            row[j] = v
+            lo_j[j] = v if v < lo_j[j] else lo_j[j]
+            hi_j[j] = v if v > hi_j[j] else hi_j[j]
+    lo, hi = _reduce_min_max(lo_j, hi_j)
+    return acc, lo, hi
+
+
+@numba.njit(cache=True, nogil=True)
+def _reduce_min_max(lo, hi):
+    a, b = lo[0], hi[0]
+    for j in range(1, lo.shape[0]):
+        a = lo[j] if lo[j] < a else a
+        b = hi[j] if hi[j] > b else b
+    return a, b
 
 
 @numba.njit(cache=True, nogil=True)
@@ -207,11 +235,7 @@ def min_max(x):
             v = row[j]
             lo[j] = v if v < lo[j] else lo[j]
             hi[j] = v if v > hi[j] else hi[j]
-    a, b = lo[0], hi[0]
-    for j in range(1, k):
-        a = lo[j] if lo[j] < a else a
-        b = hi[j] if hi[j] > b else b
-    return a, b
+    return _reduce_min_max(lo, hi)
 
 
 @numba.njit(cache=True, nogil=True)
