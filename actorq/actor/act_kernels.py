@@ -64,7 +64,7 @@ def record_step(t, obs, taken, rewards, next_obs, terminated, valid, greedy, log
         c_logp[t, i] = logp[i]
         if valid[i]:  # a reset row (NEXT_STEP autoreset) adds no reward
             n_valid += 1
-            returns[i] += rewards[i]
+            returns[i] += np.float64(rewards[i])
         lengths[i] += 1
         if ended[i]:
             done_returns[n_done] = returns[i]
@@ -84,6 +84,7 @@ def warm_up() -> None:
     columns = (np.zeros((1, 1, 1), f32), np.zeros((1, 1, 1), f32), np.zeros((1, 1), i64),
                np.zeros((1, 1), f32), np.zeros((1, 1), np.bool_), np.zeros((1, 1), np.bool_),
                np.zeros((1, 1), i64), np.zeros((1, 1), f32))  # fmt: skip
-    record_step(0, one, np.zeros(1, i64), np.zeros(1, f64), one, flag, flag, np.zeros(1, i64),
-                np.zeros(1, f32), flag, *columns, np.zeros(1, f64), np.zeros(1, i64),
-                np.zeros(1, f64), np.zeros(1, i64))  # fmt: skip
+    for reward_dtype in (f32, f64):  # vector envs return either
+        record_step(0, one, np.zeros(1, i64), np.zeros(1, reward_dtype), one, flag, flag,
+                    np.zeros(1, i64), np.zeros(1, f32), flag, *columns, np.zeros(1, f64),
+                    np.zeros(1, i64), np.zeros(1, f64), np.zeros(1, i64))  # fmt: skip

@@ -125,10 +125,12 @@ class FusedRecorder(StepRecorder):
         p, e = self.pending, self.episodes
         if p.t == p.capacity:
             p._grow()
-        # C-ordered, with the dtypes the kernel was warmed up for (no compile in the loop).
+        # C-ordered (the stepper's are: no copy), with the dtypes the kernel was warmed up
+        # for (float32 or float64 rewards): no compile inside the loop.
         obs, next_obs = np.ascontiguousarray(obs), np.ascontiguousarray(step.next_obs)
+        rewards = np.asarray(step.rewards, _reward_dtype(step.rewards))
         valid, done = self._kernel(
-            p.t, obs, taken, np.asarray(step.rewards, np.float64), next_obs,
+            p.t, obs, taken, rewards, next_obs,
             np.asarray(step.terminated, np.bool_), step.valid, greedy, logp, step.ended,
             p.obs, p.next_obs, p.action, p.reward, p.done, p.valid, p.behaviour, p.logp,
             e.returns, e.lengths, self._done_returns, self._done_lengths,
@@ -139,6 +141,10 @@ class FusedRecorder(StepRecorder):
             returns, lengths = self._done_returns[:done].copy(), self._done_lengths[:done].copy()
             e.finished(returns, lengths, version, env_steps + valid)
         return valid
+
+
+def _reward_dtype(rewards: np.ndarray) -> type:
+    return np.float32 if rewards.dtype == np.float32 else np.float64
 
 
 def make_recorder(pending: StepColumns, episodes, enabled: bool) -> StepRecorder:

@@ -148,18 +148,21 @@ def test_switched_on_the_actor_fast_path_runs_the_kernels() -> None:
     np.testing.assert_allclose(out, _torch(module, obs), rtol=0, atol=1e-6)
 
 
-def _random_step(rng: np.random.Generator, m: int) -> VectorStep:
+def _random_step(rng: np.random.Generator, m: int, reward_dtype: type) -> VectorStep:
     obs = rng.normal(size=(m, 3)).astype(np.float32)
     terminated = rng.random(m) < 0.2
     valid = rng.random(m) < 0.8
     ended = (terminated | (rng.random(m) < 0.1)) & valid
-    return VectorStep(obs, obs.T.copy().T, rng.normal(size=m), terminated, ended, valid)
+    rewards = rng.normal(size=m).astype(reward_dtype)
+    return VectorStep(obs, obs.T.copy().T, rewards, terminated, ended, valid)
 
 
-def test_fused_recorder_records_what_the_numpy_one_records() -> None:
+@pytest.mark.parametrize("reward_dtype", [np.float32, np.float64])
+def test_fused_recorder_records_what_the_numpy_one_records(reward_dtype: type) -> None:
     """Columns (past their preallocated capacity), valid counts, running returns and the
     finished episodes (returns, lengths, env steps), on steps with reset rows and endings;
-    next_obs arrives Fortran-ordered, as CartPole's vector env returns it."""
+    next_obs arrives Fortran-ordered, and rewards as float32 (CartPole's vector env) or
+    float64 (SyncVectorEnv)."""
     m, rng = 5, np.random.default_rng(3)
     recorders = []
     for cls in (StepRecorder, FusedRecorder):
@@ -167,7 +170,7 @@ def test_fused_recorder_records_what_the_numpy_one_records() -> None:
         recorders.append(cls(pending, episodes))
     env_steps = [0, 0]
     for t in range(40):
-        step = _random_step(rng, m)
+        step = _random_step(rng, m, reward_dtype)
         taken, greedy = rng.integers(0, 3, size=(2, m))
         logp = rng.normal(size=m).astype(np.float32)
         for k, record in enumerate(recorders):
