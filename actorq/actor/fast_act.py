@@ -1,4 +1,4 @@
-"""The fast path's acting in compiled calls: the policy's forward and epsilon-greedy.
+"""The fast path in compiled calls: the policy's forward, epsilon-greedy, the recording.
 
 At CartPole's sizes the torch forward of an int8 policy is mostly the call overhead of
 ~8 ops, and `EpsilonGreedy` is ~6 numpy calls; together they were about a third of an
@@ -11,16 +11,17 @@ and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
   policy version; policies it cannot express (CNNs, fp32/fp16 precisions, float fallback
   layers) keep the torch module;
 - `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
-  same seed gives the same actions, the same greedy actions and log-probs).
+  same seed gives the same actions, the same greedy actions and log-probs);
 - `FusedRecorder`: `StepRecorder` (the step's eight column copies into `StepColumns`,
   the valid-row count and the episode tracker's running sums, ~6 numpy calls and ~20
   attribute lookups) in one numba call, for flat float32 observations.
 
 Without numba or scipy, or with ACTORQ_FUSED_ACT=0: the torch module, `EpsilonGreedy` and
 `StepRecorder`.
-numba's import (~0.3 s) and the kernels' load from its on-disk cache happen in
-`warm_up`, which the actor calls while it is built, before its loop's clock starts; the
-first compile in a fresh environment takes ~10 s (BENCHMARKS.md 23f).
+
+Importing numba and scipy (~0.6-0.95 s) and loading the kernels from numba's on-disk cache
+(~0.4-0.5 s) happen while the actor is built (`fast_acting`), before its loop's clock
+starts; with an empty cache the first compile took 6.3 s (BENCHMARKS.md 23f).
 """
 
 from __future__ import annotations
