@@ -8,6 +8,8 @@ Phases, interleaved round by round so machine load hits them alike:
             episodes stream, one columnar entry per push, costs the loop)
   plain     the same loop on its plain path with the old fixed push_every 32
             (ACTORQ_FAST_STEP=0 ACTORQ_PUSH_EVERY=32): the before of the fast path
+  unfused   `actor` with ACTORQ_FUSED_ACT=0: the fast path's torch forward and numpy
+            exploration instead of its numba kernels (actorq.actor.fast_act)
   services  `actorq run` with N actors at a low samples-per-insert, --target-return none
 Per cell: median env steps/s, actor/raw ratio, and microseconds per vector step by loop
 phase (actorq.breakdown). CPU model and flags are printed first.
@@ -56,6 +58,7 @@ ARMS = {
     "actor": {},
     "noep": {"episodes": False},
     "plain": {"fast_step": False, "push_every": 32},
+    "unfused": {"fused_act": False},
 }
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -190,3 +190,23 @@ def auto_push_every(num_envs: int, transition_bytes: int) -> int:
     """
     by_bytes = (1 << 20) // max(int(transition_bytes), 1)
     return max(32, min(64 * num_envs, by_bytes))
+
+
+class StepRecorder:
+    """One vector step of the fast path into `StepColumns` and the episode tracker; the
+    number of real transitions (valid rows) it held. `actorq.actor.fast_act` has a compiled
+    twin that must record the same."""
+
+    def __init__(self, pending: StepColumns, episodes) -> None:
+        self.pending, self.episodes = pending, episodes  # an actorq.actor.episodes tracker
+
+    def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
+        """`step` is the stepper's VectorStep; `env_steps` the actor's count before it."""
+        v = step.valid
+        steps = int(np.count_nonzero(v))
+        self.pending.add(
+            obs, taken, step.rewards, step.next_obs, step.terminated, v, greedy, logp, steps
+        )
+        rewards = step.rewards if steps == len(v) else np.where(v, step.rewards, 0.0)
+        self.episodes.step(rewards, step.ended, version, env_steps + steps)
+        return steps

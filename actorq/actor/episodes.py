@@ -109,13 +109,19 @@ class EpisodeTracker:
         if not np.count_nonzero(ended):  # ~0.3 us; ndarray.any() ~1.7
             return
         done = np.asarray(ended).nonzero()[0]
-        returns, lengths = self.returns[done], self.lengths[done]
-        self._finished.append((returns, lengths, int(version), int(env_steps), time.time()))
-        self.recent.extend(returns.tolist())
-        self.pending_count += len(done)
-        self.count += len(done)
+        self.finished(self.returns[done], self.lengths[done], version, env_steps)
         self.returns[done] = 0.0
         self.lengths[done] = 0
+
+    def finished(
+        self, returns: np.ndarray, lengths: np.ndarray, version: int, env_steps: int
+    ) -> None:
+        """Episodes that ended on one step (their running sums already reset by the
+        caller): kept until written. `actorq.actor.act_kernels` calls it directly."""
+        self._finished.append((returns, lengths, int(version), int(env_steps), time.time()))
+        self.recent.extend(returns.tolist())
+        self.pending_count += len(returns)
+        self.count += len(returns)
 
     @property
     def pending(self) -> list[Episode]:

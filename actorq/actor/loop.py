@@ -25,8 +25,9 @@ from gymnasium import spaces
 from prometheus_client import Histogram
 
 from actorq import metrics
-from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns, auto_push_every
+from actorq.actor.columns import PendingTransitions, StepColumns, auto_push_every
 from actorq.actor.episodes import EpisodeTracker
+from actorq.actor.fast_act import fast_acting, make_recorder
 from actorq.actor.nstep import NStepAccumulator
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.push import Transaction
@@ -130,11 +131,9 @@ class _EnvWorker:
         return histogram
 
     def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` inside the loop's inference-mode scope (no scope of its own); its
-        latency is observed in bulk at the next `_flush_observations`."""
+        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act)."""
         started = time.perf_counter()
-        # forward itself: Module.__call__'s hook checks cost ~4 us a call (no hooks here).
-        q = policy.module.forward(torch.from_numpy(obs)).numpy()
+        q = self.forward(policy, obs)
         self._inference_seconds.append((policy.precision, time.perf_counter() - started))
         return q
 
@@ -184,12 +183,14 @@ class Actor(_EnvWorker):
         # continuous and n-step ones the plain path.
         self.fast = settings.fast_step and not self.continuous and self.nstep is None
         if self.fast:
-            self.explore = EpsilonGreedy(self.epsilon, int(self.env.single_action_space.n))
+            num_actions = int(self.env.single_action_space.n)  # numba where it can (fast_act)
+            self.explore, self.forward = fast_acting(self.epsilon, num_actions, settings.fused_act)
             space = self.env.single_observation_space
             steps = -(-self.push_every // self.env.num_envs) + 1
             self.pending = StepColumns(
                 self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
             )
+            self.record = make_recorder(self.pending, self.episodes, settings.fused_act)
         self.inserted = 0
         self._steps_exported = 0
         self._in_flight: Transaction | None = None  # sent, replies not read yet
@@ -340,15 +341,9 @@ class Actor(_EnvWorker):
         self.clock.mark("explore")
         step = self.stepper.step(taken)
         self.clock.mark("env_step")
-        v = step.valid
-        steps = int(np.count_nonzero(v))
-        self.pending.add(
-            obs, taken, step.rewards, step.next_obs, step.terminated, v, greedy, logp, steps
-        )
+        steps = self.record(obs, taken, greedy, logp, step, policy.version, self.env_steps)
         self.version_of_pending, self.precision = policy.version, policy.precision
         self._count_steps(steps)
-        rewards = step.rewards if steps == len(v) else np.where(v, step.rewards, 0.0)
-        self._track_episodes(rewards, step.ended, policy.version)
         self.clock.mark("record")
         return step.obs
 

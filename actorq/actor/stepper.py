@@ -43,11 +43,13 @@ class VectorStepper:
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, _ = self.env.reset(seed=seed)
         self._resetting[:] = False
-        return np.asarray(obs, dtype=self.obs_dtype)
+        return np.ascontiguousarray(obs, dtype=self.obs_dtype)
 
     def step(self, actions: np.ndarray) -> VectorStep:
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        obs = np.asarray(obs, dtype=self.obs_dtype)
+        # C order: CartPole's vector env returns its state transposed, and the forward,
+        # the recorder and the replay columns each want rows; one copy here, none there.
+        obs = np.ascontiguousarray(obs, dtype=self.obs_dtype)
         ended = np.logical_or(terminated, truncated)
         if self.next_step_mode:
             valid = ~self._resetting

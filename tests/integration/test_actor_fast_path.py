@@ -1,5 +1,6 @@
-"""The actor's fast path (actorq.actor.columns) against the plain path: the same seed gives
-the same transitions, episodes and counters, through a real Redis and real envs."""
+"""The actor's fast path (actorq.actor.columns), with and without its numba kernels
+(actorq.actor.fast_act), against the plain path: the same seed gives the same
+transitions, episodes and counters, through a real Redis and real envs."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def _run(redis_url, client, prefix: str, fast: bool, native: bool, **overrides) 
     actor.run()
     env.close()
     assert actor.fast == fast
+    if fast:  # the fused kernels ran, where numba is installed (actorq.actor.fast_act)
+        assert actor.forward.kind == ("fused" if actor.forward.fused else "torch")
     entries = client.xrange(keys.replay_stream)
     batches = [decode_batch(fields) for _, fields in entries]
     episodes = [e for _, f in client.xrange(keys.episodes_stream) for e in parse_episodes(f)]
@@ -48,13 +51,15 @@ def _run(redis_url, client, prefix: str, fast: bool, native: bool, **overrides) 
 
 @pytest.mark.parametrize("native", [True, False], ids=["next-step-reset", "same-step-reset"])
 @pytest.mark.parametrize("push_every", [0, 7])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
 def test_fast_path_writes_what_the_plain_path_writes(
-    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, native: bool, push_every: int
-) -> None:
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, native: bool,
+    push_every: int, fused: bool,
+) -> None:  # fmt: skip
     plain = _run(redis_url, redis_client, redis_keys.prefix + ":plain", False, native,
                  push_every=push_every)  # fmt: skip
     fast = _run(redis_url, redis_client, redis_keys.prefix + ":fast", True, native,
-                push_every=push_every)  # fmt: skip
+                push_every=push_every, fused_act=fused)  # fmt: skip
     assert plain["env_steps"] >= 2000 and plain["inserted"] == plain["env_steps"]
     assert plain["sizes"] == fast["sizes"]
     for column in COLUMNS:

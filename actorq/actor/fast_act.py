@@ -1,0 +1,177 @@
+"""The fast path in compiled calls: the policy's forward, epsilon-greedy, the recording.
+
+At CartPole's sizes the torch forward of an int8 policy is mostly the call overhead of
+~8 ops, and `EpsilonGreedy` is ~6 numpy calls; together they were about a third of an
+actor's vector step (docs/actor-throughput.md). With numba installed (the "prioritized"
+extra; numba's matrix products also need scipy, which the mujoco and atari extras bring)
+and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
+
+- `PolicyForward`: `actorq.quant.fused_mlp.FusedMLP`, one numba call equal to the
+  module's forward (int8 layers bit for bit, tests/unit/test_fused_mlp.py), built once per
+  policy version; policies it cannot express (CNNs, fp32/fp16 precisions, float fallback
+  layers) keep the torch module;
+- `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
+  same seed gives the same actions, the same greedy actions and log-probs);
+- `FusedRecorder`: `StepRecorder` (the step's eight column copies into `StepColumns`,
+  the valid-row count and the episode tracker's running sums, ~6 numpy calls and ~20
+  attribute lookups) in one numba call, for flat float32 observations.
+
+Without numba or scipy, or with ACTORQ_FUSED_ACT=0: the torch module, `EpsilonGreedy` and
+`StepRecorder`.
+
+Importing numba and scipy (~0.6-0.95 s) and loading the kernels from numba's on-disk cache
+(~0.4-0.5 s) happen while the actor is built (`fast_acting`), before its loop's clock
+starts; with an empty cache the first compile took 6.3 s (BENCHMARKS.md 23f).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from actorq.actor.columns import EpsilonGreedy, StepColumns, StepRecorder
+from actorq.actor.policy_follower import LoadedPolicy
+
+
+def fused_available(enabled: bool) -> bool:
+    """Whether the compiled path runs: switched on, numba importable, and scipy too
+    (numba's np.dot calls scipy's BLAS; scipy comes with the mujoco and atari extras,
+    not with numba). Imported here, only when switched on."""
+    if not enabled:
+        return False
+    try:
+        import numba  # noqa: F401
+        import scipy.linalg.cython_blas  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class PolicyForward:
+    """obs float32 [M, obs_dim] -> outputs [M, A] for a policy, fused where possible.
+
+    The torch path runs inside the caller's inference-mode scope (the actor loop's)."""
+
+    def __init__(self, fused: bool) -> None:
+        self.fused = fused
+        self._policy: LoadedPolicy | None = None
+        self._call: Callable[[np.ndarray], np.ndarray] = _torch_forward(None)
+        self.kind = "torch"  # which path the current policy runs (tests, logs)
+
+    def __call__(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
+        if policy is not self._policy:
+            self._policy = policy
+            self._call, self.kind = self._build(policy)
+        return self._call(obs)
+
+    def _build(self, policy: LoadedPolicy) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+        if self.fused:
+            from actorq.quant.fused_mlp import fuse_mlp
+
+            fused = fuse_mlp(policy.module)
+            if fused is not None:
+                return fused, "fused"
+        return _torch_forward(policy.module), "torch"
+
+
+def _torch_forward(module) -> Callable[[np.ndarray], np.ndarray]:
+    def forward(obs: np.ndarray) -> np.ndarray:
+        # forward itself: Module.__call__'s hook checks cost ~4 us a call (no hooks here).
+        return module.forward(torch.from_numpy(obs)).numpy()
+
+    return forward
+
+
+class FusedEpsilonGreedy(EpsilonGreedy):
+    """`EpsilonGreedy` in one compiled call: the same `rng.random(M)` draw, then argmax,
+    explore-or-not, action and log-prob per env (actorq.actor.act_kernels)."""
+
+    def __init__(self, epsilon: np.ndarray, num_actions: int) -> None:
+        super().__init__(epsilon, num_actions)
+        from actorq.actor.act_kernels import epsilon_greedy_into
+
+        self._kernel = epsilon_greedy_into
+        m = len(self.epsilon)
+        self._tables = np.stack(
+            [self.epsilon, self.action_scale, self.logp_greedy, self.logp_other]
+        ).astype(np.float64)  # float32 log-probs are exact in float64
+        self._actions = np.empty((2, m), np.int64)
+        self._logp = np.empty(m, np.float32)
+
+    def __call__(
+        self, q_values: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(taken, greedy, log mu(taken)) in buffers reused by the next call: callers copy
+        them before then (StepColumns.add and the recorder do)."""
+        u = rng.random(len(self.epsilon))
+        self._kernel(q_values, u, self._tables, self._actions, self._logp)
+        return self._actions[0], self._actions[1], self._logp
+
+
+class FusedRecorder(StepRecorder):
+    """`StepRecorder` in one compiled call (actorq.actor.act_kernels.record_step): the
+    eight column copies, the valid-row count and the episodes' running sums."""
+
+    def __init__(self, pending: StepColumns, episodes) -> None:
+        super().__init__(pending, episodes)
+        from actorq.actor.act_kernels import record_step
+
+        self._kernel = record_step
+        m = pending.num_envs
+        self._done_returns, self._done_lengths = np.empty(m), np.empty(m, np.int64)
+
+    def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
+        p, e = self.pending, self.episodes
+        if p.t == p.capacity:
+            p._grow()
+        # C-ordered (the stepper's are: no copy), with the dtypes the kernel was warmed up
+        # for (float32 or float64 rewards): no compile inside the loop.
+        obs, next_obs = np.ascontiguousarray(obs), np.ascontiguousarray(step.next_obs)
+        rewards = np.asarray(step.rewards, _reward_dtype(step.rewards))
+        valid, done = self._kernel(
+            p.t, obs, taken, rewards, next_obs,
+            np.asarray(step.terminated, np.bool_), step.valid, greedy, logp, step.ended,
+            p.obs, p.next_obs, p.action, p.reward, p.done, p.valid, p.behaviour, p.logp,
+            e.returns, e.lengths, self._done_returns, self._done_lengths,
+        )  # fmt: skip
+        p.t += 1
+        p.count += valid
+        if done:
+            returns, lengths = self._done_returns[:done].copy(), self._done_lengths[:done].copy()
+            e.finished(returns, lengths, version, env_steps + valid)
+        return valid
+
+
+def _reward_dtype(rewards: np.ndarray) -> type:
+    return np.float32 if rewards.dtype == np.float32 else np.float64
+
+
+def make_recorder(pending: StepColumns, episodes, enabled: bool) -> StepRecorder:
+    """The compiled recorder for flat float32 observations when the kernels run (pixels
+    and other dtypes keep the numpy one: one compiled signature, loaded before the loop)."""
+    flat = len(pending.obs_shape) == 1 and pending.obs_dtype == np.float32
+    fused = flat and fused_available(enabled)
+    return (FusedRecorder if fused else StepRecorder)(pending, episodes)
+
+
+def fast_acting(
+    epsilon: np.ndarray, num_actions: int, enabled: bool
+) -> tuple[EpsilonGreedy, PolicyForward]:
+    """The fast path's exploration and forward: compiled (kernels loaded now, before the
+    loop's clock starts) when `enabled` and numba is installed, else numpy and torch."""
+    fused = fused_available(enabled)
+    if fused:
+        warm_up()
+    explore = (FusedEpsilonGreedy if fused else EpsilonGreedy)(epsilon, num_actions)
+    return explore, PolicyForward(fused)
+
+
+def warm_up() -> None:
+    """Import numba and load (or compile) the kernels, on a tiny net, before the loop."""
+    from actorq.actor.act_kernels import warm_up as warm_explore
+    from actorq.quant.fused_mlp import warm_up as warm_forward
+
+    warm_forward()
+    warm_explore()

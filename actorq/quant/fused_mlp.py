@@ -1,0 +1,299 @@
+"""One numba call for an int8 MLP policy's forward, equal to the torch/fbgemm module's.
+
+At an actor's batch sizes (M = 8..128 rows of a 64x64 CartPole net) the torch forward is
+mostly per-op call overhead: from_numpy, input norm, addmm, two fbgemm int8 ops, .numpy().
+`FusedMLP` runs the same arithmetic in one compiled call on numpy arrays:
+
+- input norm and the first layer in fp32 ((obs - shift) * scale, then x @ W + b, ReLU),
+  as `InputNorm` and `DequantizedLinear` do (the first layer's sum order differs from
+  torch's sgemm, so its outputs may differ by an ulp or so);
+- every int8 layer as fbgemm's `quantized::linear_dynamic` computes it: the activations
+  quantized per tensor to uint8 ([0, 127] with reduce_range) by torch's
+  ChooseQuantizationParams (ATen/native/quantized/cpu/QuantUtils.h) and fbgemm's
+  vector Quantize (round(x * (1 / scale) + zero_point), ties to even); integer products
+  with the per-output-channel int8 codes summed exactly; then
+  float(sum - zero_point * column_sum) * (activation_scale * weight_scale[j]) + bias[j],
+  as fbgemm's requantizeForFloatAvx2 does, with the ReLU of hidden layers.
+
+The integer sums run as float32 multiply-adds: products of integers are exact, and every
+partial sum is an integer below 2**24 (checked when building, `_exact_in_float32`), so any
+summation order gives the exact integer, and the loops vectorise without fast-math.
+
+Given the same float input, an int8 layer here equals `Int8Linear` bit for bit
+(tests/unit/test_fused_mlp.py); a whole forward may differ where the first layer's ulp
+moves an activation across a rounding boundary of the int8 grid (the test bounds that).
+
+numba is an optional extra ("prioritized"); `actorq.actor.fast_act` imports this module
+only when numba is installed, and falls back to the torch module otherwise. The kernels
+are compiled for one signature whatever the layer sizes (layers travel as flat arrays)
+and cached on disk next to this file.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch import nn
+
+from actorq.quant.int8 import DequantizedLinear, Int8Linear
+
+_SMALL_SCALE = np.float32(6.1e-5)  # SMALL_SCALE_THRESHOLD of QuantUtils.h
+_EXACT_LIMIT = 1 << 24  # float32 holds every integer below this exactly
+
+
+class FusedMLP:
+    """An int8 MLP policy (optional input norm, fp32 first layer, int8 layers) as two flat
+    arrays: numba unboxes each argument of a call (~0.15 us an array), so the weights
+    travel as one float32 vector and the shapes and flags as one int64 vector."""
+
+    def __init__(self, first: tuple, int8_layers: list[Int8Linear], norm: tuple | None):
+        weight_t, bias, relu = first
+        dim, width = weight_t.shape
+        shift, scale = norm or (np.zeros(dim, np.float32), np.ones(dim, np.float32))
+        codes_t, weight_scales, biases, shapes, relus = _flatten(int8_layers)
+        flags = (norm is not None, relu, int8_layers[0].reduce_range)
+        header = [*flags, dim, width, len(int8_layers)]
+        per_layer = np.column_stack([shapes, relus]).ravel()
+        self.layout = np.array([*header, *per_layer], np.int64)
+        vectors = (shift, scale, weight_t.ravel(), bias, codes_t, weight_scales, biases)
+        self.params = np.concatenate([_f32(v) for v in vectors])
+        self.num_outputs = int(shapes[-1, 1])
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """float32 obs [B, obs_dim] -> float32 outputs [B, num_outputs]."""
+        return mlp_forward(np.ascontiguousarray(obs, np.float32), self.params, self.layout)
+
+
+def fuse_mlp(module: nn.Module) -> FusedMLP | None:
+    """A `FusedMLP` equal to `module` (a PolicyModule), or None where its layers are not
+    [InputNorm], fp32 first layer, int8 layers (then the caller keeps the torch module)."""
+    layers = list(getattr(module, "layers", ()))
+    norm = None
+    if layers and type(layers[0]).__name__ == "InputNorm":
+        norm = (_np(layers[0].shift), _np(layers[0].scale))
+        layers = layers[1:]
+    if len(layers) < 2 or not all(isinstance(x, Int8Linear) for x in layers[1:]):
+        return None
+    first = _first_layer(layers[0])
+    int8_layers = layers[1:]
+    if first is None or not _exact_in_float32(int8_layers):
+        return None
+    if len({x.reduce_range for x in int8_layers}) != 1:
+        return None
+    return FusedMLP(first, int8_layers, norm)
+
+
+def _first_layer(layer: nn.Module) -> tuple | None:
+    """(weight [in, out], bias, relu) of a `DequantizedLinear`, else None."""
+    if not isinstance(layer, DequantizedLinear) or layer.bias is None:
+        return None
+    return _np(layer.weight_t), _np(layer.bias), bool(layer.relu)
+
+
+def _exact_in_float32(layers: list[Int8Linear]) -> bool:
+    """Whether every int8 layer's integer sums stay below 2**24 (exact in float32)."""
+    for layer in layers:
+        codes, _, _ = layer.unpack()
+        qmax = 127 if layer.reduce_range else 255
+        if layer.in_features * qmax * int(codes.abs().max()) >= _EXACT_LIMIT:
+            return False
+    return True
+
+
+def _flatten(layers: list[Int8Linear]) -> tuple[np.ndarray, ...]:
+    """The int8 layers as flat arrays, so one compiled signature serves every net."""
+    codes, scales, biases, shapes, relus = [], [], [], [], []
+    for layer in layers:
+        q, s, b = layer.unpack()
+        codes.append(q.to(torch.float32).t().contiguous().numpy().ravel())
+        scales.append(s.to(torch.float32).numpy())  # fbgemm keeps float32 scales
+        out = layer.out_features
+        biases.append(np.zeros(out, np.float32) if b is None else _np(b))
+        shapes.append((layer.in_features, out))
+        relus.append(layer.relu)
+    flat = (np.concatenate(codes), np.concatenate(scales), np.concatenate(biases))
+    return (*(_f32(x) for x in flat), np.array(shapes, np.int64), np.array(relus, np.bool_))
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32)
+
+
+# --- kernels ---
+@numba.njit(cache=True, nogil=True)
+def mlp_forward(obs, params, layout):
+    """The whole forward from `FusedMLP`'s flat arrays: layout = (has_norm, first_relu,
+    reduce_range, obs_dim, width, layers, then (in, out, relu) per int8 layer); params =
+    shift, scale, first weight [obs_dim, width], its bias, then every int8 layer's codes
+    [in, out], then every layer's weight scales, then every layer's biases."""
+    has_norm, relu, reduce_range = layout[0] != 0, layout[1] != 0, layout[2] != 0
+    dim, width, layers = layout[3], layout[4], layout[5]
+    shift, scale = params[:dim], params[dim : 2 * dim]
+    at = 2 * dim
+    w_t = params[at : at + dim * width].reshape((dim, width))
+    b = params[at + dim * width : at + dim * width + width]
+    at += dim * width + width
+    x = (obs - shift) * scale if has_norm else obs
+    x = np.dot(x, w_t)
+    lo, hi = _bias_relu(x, b, relu)
+    codes_at = at
+    vec_at = codes_at
+    for layer in range(layers):
+        vec_at += layout[6 + 3 * layer] * layout[7 + 3 * layer]
+    scales_at, outputs = vec_at, 0
+    for layer in range(layers):
+        outputs += layout[7 + 3 * layer]
+    bias_at = scales_at + outputs
+    for layer in range(layers):
+        k, n, layer_relu = layout[6 + 3 * layer], layout[7 + 3 * layer], layout[8 + 3 * layer]
+        w = params[codes_at : codes_at + k * n].reshape((k, n))
+        x, lo, hi = _int8_layer(x, lo, hi, w, params[scales_at : scales_at + n],
+                                params[bias_at : bias_at + n], layer_relu != 0,
+                                reduce_range)  # fmt: skip
+        codes_at += k * n
+        scales_at += n
+        bias_at += n
+    return x
+
+
+@numba.njit(cache=True, nogil=True)
+def _bias_relu(y, b, relu):
+    """y + b [then ReLU], in place; (min, max) of the result for the next layer's
+    quantizer, taken on the way (a pass over y less)."""
+    m, n = y.shape
+    lo, hi = np.full(n, np.inf, np.float32), np.full(n, -np.inf, np.float32)
+    for i in range(m):
+        row = y[i]
+        for j in range(n):
+            v = row[j] + b[j]
+            v = max(v, np.float32(0.0)) if relu else v
+            row[j] = v
+            lo[j] = v if v < lo[j] else lo[j]
+            hi[j] = v if v > hi[j] else hi[j]
+    return _reduce_min_max(lo, hi)
+
+
+@numba.njit(cache=True, nogil=True)
+def int8_linear(x, codes_t, w_scales, bias, relu, reduce_range):
+    """fbgemm's dynamic int8 Linear: x float32 [m, k], codes_t float32 int8 codes [k, n]."""
+    lo, hi = min_max(x)
+    return _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range)[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range):
+    """`int8_linear` given x's (min, max); returns (y, min(y), max(y))."""
+    n = codes_t.shape[1]
+    a_scale, zero_point = activation_qparams(lo, hi, reduce_range)
+    # Exact: integer products, integer partial sums below 2**24 (see the module docstring).
+    acc = np.dot(quantize(x, a_scale, zero_point), codes_t)
+    out_scale = np.empty(n, np.float32)
+    for j in range(n):  # fbgemm multiplies the two scales first, in float32
+        out_scale[j] = a_scale * w_scales[j]
+    if zero_point != 0:
+        col_sum = np.zeros(n, np.float32)  # exact: integers below 2**24
+        for p in range(codes_t.shape[0]):
+            col_sum += codes_t[p]
+        acc -= np.float32(zero_point) * col_sum
+    m = acc.shape[0]
+    lo_j, hi_j = np.full(n, np.inf, np.float32), np.full(n, -np.inf, np.float32)
+    for i in range(m):
+        row = acc[i]
+        for j in range(n):
+            v = np.float32(np.float64(row[j]) * out_scale[j] + bias[j])  # one rounding
+            v = max(v, np.float32(0.0)) if relu else v
+            row[j] = v
+            lo_j[j] = v if v < lo_j[j] else lo_j[j]
+            hi_j[j] = v if v > hi_j[j] else hi_j[j]
+    lo, hi = _reduce_min_max(lo_j, hi_j)
+    return acc, lo, hi
+
+
+@numba.njit(cache=True, nogil=True)
+def _reduce_min_max(lo, hi):
+    a, b = lo[0], hi[0]
+    for j in range(1, lo.shape[0]):
+        a = lo[j] if lo[j] < a else a
+        b = hi[j] if hi[j] > b else b
+    return a, b
+
+
+@numba.njit(cache=True, nogil=True)
+def min_max(x):
+    """(min, max) of x [m, k] != empty, NaN ignored; kept per column, so the loop is
+    elementwise and vectorises (a scalar min/max reduction does not, even with fastmath)."""
+    m, k = x.shape
+    lo, hi = x[0].copy(), x[0].copy()
+    for i in range(1, m):
+        row = x[i]
+        for j in range(k):
+            v = row[j]
+            lo[j] = v if v < lo[j] else lo[j]
+            hi[j] = v if v > hi[j] else hi[j]
+    return _reduce_min_max(lo, hi)
+
+
+@numba.njit(cache=True, nogil=True)
+def activation_qparams(lo, hi, reduce_range):
+    """(float32 scale, zero point) of torch's ChooseQuantizationParams for uint8."""
+    qmin, qmax = 0, 127 if reduce_range else 255
+    lo = min(lo, np.float32(0.0))
+    hi = max(hi, np.float32(0.0))
+    scale = (np.float64(hi) - np.float64(lo)) / (qmax - qmin)
+    if np.float32(scale) == 0.0 or np.isinf(np.float32(1.0) / np.float32(scale)):
+        scale = 0.1
+    if scale < _SMALL_SCALE:
+        org_scale = np.float32(scale)
+        scale = np.float64(_SMALL_SCALE)
+        if lo == 0.0:
+            hi = _SMALL_SCALE * np.float32(qmax - qmin)
+        elif hi == 0.0:
+            lo = -_SMALL_SCALE * np.float32(qmax - qmin)
+        else:
+            amplifier = _SMALL_SCALE / org_scale
+            lo = lo * amplifier
+            hi = hi * amplifier
+    from_min = qmin - lo / scale
+    from_max = qmax - hi / scale
+    from_min_error = abs(qmin) - abs(lo / scale)
+    from_max_error = abs(qmax) - abs(hi / scale)
+    initial = from_min if from_min_error < from_max_error else from_max
+    if initial < qmin:
+        zero_point = qmin
+    elif initial > qmax:
+        zero_point = qmax
+    else:
+        zero_point = int(np.rint(initial))
+    return np.float32(scale), zero_point
+
+
+_ROUNDER = np.float32(1.5 * 2**23)  # t + this - this rounds t in [0, 2**22) to even
+
+
+@numba.njit(cache=True, nogil=True)
+def quantize(x, scale, zero_point):
+    """uint8 codes (as float32) of fbgemm's QuantizeAvx2: fma(x, 1 / scale, zero_point),
+    clamped to [0, 255] (integers, so clamping first rounds the same), nearest even."""
+    inv = np.float32(1.0) / scale
+    q = np.empty_like(x)
+    flat_x, flat_q = x.ravel(), q.ravel()
+    for p in range(flat_x.size):
+        if zero_point == 0:
+            t = flat_x[p] * inv
+        else:  # the exact product plus zero point, rounded once as an fma does
+            t = np.float32(np.float64(flat_x[p]) * np.float64(inv) + zero_point)
+        t = min(max(t, np.float32(0.0)), np.float32(255.0))
+        flat_q[p] = (t + _ROUNDER) - _ROUNDER
+    return q
+
+
+def warm_up() -> None:
+    """Load (or compile) the kernels: one signature serves every net (flat arrays)."""
+    layout = np.array([1, 1, 1, 2, 3, 1, 3, 2, 0], np.int64)
+    params = np.ones(2 * 2 + 2 * 3 + 3 + 3 * 2 + 2 + 2, np.float32)
+    mlp_forward(np.zeros((1, 2), np.float32), params, layout)

@@ -1,0 +1,39 @@
+"""The actor's fast path without its numba kernels: switched off, or numba not installed,
+it acts with `EpsilonGreedy` and the torch module (actorq.actor.fast_act)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from actorq.actor.columns import EpsilonGreedy
+from actorq.actor.fast_act import fast_acting
+from actorq.actor.fixed_policy import make_policy
+
+
+def test_disabled_switch_keeps_numpy_exploration_and_the_torch_forward() -> None:
+    eps = np.full(4, 0.1)
+    explore, forward = fast_acting(eps, 2, enabled=False)
+    assert type(explore) is EpsilonGreedy and not forward.fused
+    policy = make_policy("CartPole-v1", (64, 64), "int8")
+    forward(policy, np.ones((4, 4), np.float32))
+    assert forward.kind == "torch"
+
+
+@pytest.mark.parametrize("missing", ["numba", "scipy"])
+def test_without_numba_or_scipy_the_fast_path_falls_back(missing: str) -> None:
+    """A fresh interpreter where `import numba` (or scipy, which numba's np.dot needs)
+    fails: the switch on, the plain kernels."""
+    probe = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "import numpy as np\n"
+        "from actorq.actor.fast_act import fast_acting, fused_available\n"
+        "explore, forward = fast_acting(np.full(3, 0.1), 2, enabled=True)\n"
+        "print(fused_available(True), type(explore).__name__, forward.fused)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120)  # fmt: skip
+    assert out.stdout.split() == ["False", "EpsilonGreedy", "False"]

@@ -1,0 +1,189 @@
+"""The fast path's numba kernels (actorq.quant.fused_mlp, actorq.actor.fast_act) against
+what they replace: the torch/fbgemm module, `EpsilonGreedy` and `StepRecorder`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from actorq.actor.columns import EpsilonGreedy, StepColumns, StepRecorder
+from actorq.actor.episodes import EpisodeTracker
+from actorq.actor.policy_follower import LoadedPolicy
+from actorq.actor.stepper import VectorStep
+from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork
+from actorq.quant import make_int8_linear, quantize_int8_per_channel, quantized_policy_from_weights
+
+pytest.importorskip("numba")
+from actorq.actor.fast_act import (
+    FusedEpsilonGreedy,
+    FusedRecorder,
+    PolicyForward,
+    fast_acting,
+)
+from actorq.quant.fused_mlp import fuse_mlp, int8_linear
+
+
+def _torch(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+    with torch.inference_mode():
+        return module.forward(torch.from_numpy(x)).numpy()
+
+
+def _layer_input(rng: np.random.Generator, rows: int, k: int, kind: str) -> np.ndarray:
+    """Activations of every shape the quantizer branches on: post-ReLU (zero point 0),
+    signed (zero point > 0), tiny (the small-scale cut-off), all zero (scale 0.1)."""
+    x = rng.normal(size=(rows, k)).astype(np.float32) * np.float32(rng.uniform(0.05, 20))
+    if kind == "relu":
+        return np.maximum(x, 0)
+    if kind == "tiny":
+        return x * np.float32(1e-6)
+    if kind == "zero":
+        return np.zeros_like(x)
+    return x  # "signed"
+
+
+@pytest.mark.parametrize("kind", ["relu", "signed", "tiny", "zero"])
+def test_int8_layer_equals_fbgemm_bit_for_bit(kind: str) -> None:
+    """Same float input: the same float32 outputs exactly (scale, zero point, rounding,
+    exact integer sums, requantization all as fbgemm's `quantized::linear_dynamic`)."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        k, n, rows = (int(v) for v in rng.integers(1, 130, size=3))
+        w = rng.normal(size=(n, k)).astype(np.float32)
+        q, scales = quantize_int8_per_channel(w)
+        bias = rng.normal(size=n).astype(np.float32)
+        relu = bool(trial % 2)
+        layer = make_int8_linear(torch.from_numpy(q), torch.from_numpy(scales),
+                                 torch.from_numpy(bias), relu=relu)  # fmt: skip
+        x = _layer_input(rng, rows, k, kind)
+        codes_t = np.ascontiguousarray(q.T, np.float32)
+        got = int8_linear(x, codes_t, scales.astype(np.float32), bias, relu, layer.reduce_range)
+        np.testing.assert_array_equal(got, _torch(layer, x), err_msg=f"trial {trial}")
+
+
+def _policy(spec: MLPSpec, seed: int):
+    torch.manual_seed(seed)
+    weights = {k: v.numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
+    if spec.input_norm:
+        rng = np.random.default_rng(seed)
+        weights[INPUT_SHIFT] = rng.normal(size=spec.obs_dim).astype(np.float32)
+        weights[INPUT_SCALE] = rng.uniform(0.1, 3, size=spec.obs_dim).astype(np.float32)
+    return quantized_policy_from_weights(weights, spec, "int8")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        MLPSpec(4, 2, (64, 64)),  # CartPole's DQN
+        MLPSpec(8, 4, (256, 256), input_norm=True),
+        MLPSpec(17, 6, (512, 512, 512)),
+        MLPSpec(3, 5, (16,)),
+    ],
+    ids=["cartpole64", "norm256", "deep512", "one-hidden"],
+)
+def test_forward_equals_the_policy_module(spec: MLPSpec) -> None:
+    """Whole forwards, random policies and inputs. The int8 layers are exact given their
+    input; only the fp32 first layer's sum order may differ from torch's sgemm (an ulp),
+    which can move an activation across an int8 rounding boundary. So: every row equal
+    to within 1e-5 of the Q range (a boundary flip moves a Q value by about one activation
+    step times one weight, ~1e-3 of it, so this bound still fails a wrong quantizer), and
+    the same argmax on every row whose top two Q values are further apart than that."""
+    module = _policy(spec, seed=spec.obs_dim)
+    fused = fuse_mlp(module)
+    assert fused is not None
+    rng = np.random.default_rng(spec.obs_dim)
+    for rows in (1, 7, 32, 128):
+        obs = (rng.normal(size=(rows, spec.obs_dim)) * 3).astype(np.float32)
+        want, got = _torch(module, obs), fused(obs)
+        assert got.dtype == np.float32 and got.shape == want.shape
+        tol = 1e-5 * float(np.ptp(want) + 1e-6)
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+        top2 = np.sort(want, axis=1)[:, -2:] if spec.num_outputs > 1 else None
+        clear = np.ones(rows, bool) if top2 is None else (top2[:, 1] - top2[:, 0]) > 2 * tol
+        np.testing.assert_array_equal(got.argmax(1)[clear], want.argmax(1)[clear])
+
+
+def test_policies_it_cannot_express_keep_the_torch_module() -> None:
+    """fp32 and fp16 policies (no int8 layers) and tanh outputs are not fused."""
+    spec = MLPSpec(4, 2, (32, 32))
+    weights = {k: v.numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
+    for precision in ("fp32", "fp16"):
+        assert fuse_mlp(quantized_policy_from_weights(weights, spec, precision)) is None
+    tanh = MLPSpec(4, 2, (32, 32), output_activation="tanh")
+    assert fuse_mlp(quantized_policy_from_weights(weights, tanh, "int8")) is None
+    forward = PolicyForward(fused=True)
+    module = quantized_policy_from_weights(weights, spec, "fp32")
+    obs = np.ones((3, 4), np.float32)
+    out = forward(LoadedPolicy(1, "fp32", module, 0), obs)
+    assert forward.kind == "torch"
+    np.testing.assert_array_equal(out, _torch(module, obs))
+
+
+def test_fused_epsilon_greedy_draws_like_the_numpy_one() -> None:
+    """The same seed: the same taken actions, greedy actions and log-probs, including
+    epsilon 0 and 1, ties (first maximum) and NaN rows (numpy's argmax: the first NaN)."""
+    eps = np.array([0.0, 0.01, 0.3, 0.5, 1.0, 1.0, 0.2])
+    fused, plain = FusedEpsilonGreedy(eps, 3), EpsilonGreedy(eps, 3)
+    fused_rng, plain_rng, q_rng = (np.random.default_rng(s) for s in (11, 11, 0))
+    for step in range(300):
+        q = q_rng.normal(size=(7, 3)).astype(np.float32)
+        if step % 3 == 0:
+            q[step % 7] = 1.0  # a tie across the row
+        if step % 5 == 0:
+            q[(step + 1) % 7, 1 + step % 2] = np.nan
+        got = [a.copy() for a in fused(q, fused_rng)]
+        want = plain(q, plain_rng)
+        for name, g, w in zip(("taken", "greedy", "logp"), got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=f"{name} at step {step}")
+            assert g.dtype == np.asarray(w).dtype, name
+
+
+def test_switched_on_the_actor_fast_path_runs_the_kernels() -> None:
+    explore, forward = fast_acting(np.full(4, 0.1), 2, enabled=True)
+    assert type(explore) is FusedEpsilonGreedy and forward.fused
+    module = _policy(MLPSpec(4, 2, (64, 64)), seed=1)
+    obs = np.ones((4, 4), np.float32)
+    out = forward(LoadedPolicy(1, "int8", module, 0), obs)
+    assert forward.kind == "fused"
+    np.testing.assert_allclose(out, _torch(module, obs), rtol=0, atol=1e-6)
+
+
+def _random_step(rng: np.random.Generator, m: int, reward_dtype: type) -> VectorStep:
+    obs = rng.normal(size=(m, 3)).astype(np.float32)
+    terminated = rng.random(m) < 0.2
+    valid = rng.random(m) < 0.8
+    ended = (terminated | (rng.random(m) < 0.1)) & valid
+    rewards = rng.normal(size=m).astype(reward_dtype)
+    return VectorStep(obs, obs.T.copy().T, rewards, terminated, ended, valid)
+
+
+@pytest.mark.parametrize("reward_dtype", [np.float32, np.float64])
+def test_fused_recorder_records_what_the_numpy_one_records(reward_dtype: type) -> None:
+    """Columns (past their preallocated capacity), valid counts, running returns and the
+    finished episodes (returns, lengths, env steps), on steps with reset rows and endings;
+    next_obs arrives Fortran-ordered, and rewards as float32 (CartPole's vector env) or
+    float64 (SyncVectorEnv)."""
+    m, rng = 5, np.random.default_rng(3)
+    recorders = []
+    for cls in (StepRecorder, FusedRecorder):
+        pending, episodes = StepColumns(m, (3,), np.float32, steps=2), EpisodeTracker(m, "a", "t")
+        recorders.append(cls(pending, episodes))
+    env_steps = [0, 0]
+    for t in range(40):
+        step = _random_step(rng, m, reward_dtype)
+        taken, greedy = rng.integers(0, 3, size=(2, m))
+        logp = rng.normal(size=m).astype(np.float32)
+        for k, record in enumerate(recorders):
+            env_steps[k] += record(step.obs, taken, greedy, logp, step, t, env_steps[k])
+    (plain, fused) = recorders
+    assert env_steps[0] == env_steps[1] > 0 and plain.pending.count == fused.pending.count
+    a, b = plain.pending.batch("a", 1, "int8"), fused.pending.batch("a", 1, "int8")
+    for column in ("obs", "action", "reward", "next_obs", "done", "behaviour", "behaviour_logp"):
+        np.testing.assert_array_equal(getattr(a, column), getattr(b, column), err_msg=column)
+    np.testing.assert_array_equal(plain.episodes.returns, fused.episodes.returns)
+    np.testing.assert_array_equal(plain.episodes.lengths, fused.episodes.lengths)
+    pending = [(e.episode_return, e.length, e.policy_version, e.env_steps)
+               for e in plain.episodes.pending]  # fmt: skip
+    assert len(pending) > 10
+    assert pending == [(e.episode_return, e.length, e.policy_version, e.env_steps)
+                       for e in fused.episodes.pending]  # fmt: skip
