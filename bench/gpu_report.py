@@ -63,8 +63,8 @@ class Plan:
     e2e_actors: int = 12
     case_seconds: float = 1.5
     # Tiny runs stop on env steps (a loaded machine's start-up can outlast a time budget;
-    # 150k leaves the 2 s rate window even where one actor steps ~80k/s); 0 = stop on
-    # time, as the full plan does.
+    # 500k leaves the 2 s rate window even where one actor steps ~200k/s, as the fused
+    # fast path does at M = 8 on a quiet core); 0 = stop on time, as the full plan does.
     run_env_steps: int = 0
     bench_args: tuple[str, ...] = ("--quick",)
     # throughput: bench_throughput.py's raw/actor phases, then (actors, M, spi) runs
@@ -93,7 +93,7 @@ class Plan:
             run_seconds=11.0, run_skip=0.0, e2e_seconds=11.0, e2e_skip=0.0,
             scaling_actors=(1,), scaling_spi=(16.0,), envs_per_actor=4,
             e2e_arms=(("gpu", "1", "fp32"), ("cpu", "4", "int8")),
-            e2e_hidden="64,64", e2e_actors=1, case_seconds=0.2, run_env_steps=150000,
+            e2e_hidden="64,64", e2e_actors=1, case_seconds=0.2, run_env_steps=500_000,
             bench_args=("--rounds", "1", "--updates", "3"),
             ratio_m=(8,), ratio_rounds=1, ratio_seconds=1.0,
             throughput_arms=((1, 8, 0.125),), throughput_skip=0.0,
