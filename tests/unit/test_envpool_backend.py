@@ -117,6 +117,21 @@ def test_the_stepper_keeps_no_transition_across_an_envpool_reset() -> None:
     assert ends > 100 and skipped >= ends - 8  # every end but the last few was skipped once
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "ale:Pong"])
+def test_a_step_leaves_the_previous_observations_as_they_were(env_id: str) -> None:
+    """The actor keeps step t's observations while it steps t + 1 (they are the next
+    transition's s): EnvPool must not hand out one buffer it overwrites in place."""
+    env = _envpool(env_id, n=2)
+    try:
+        first, _ = env.reset()
+        kept = first.copy()
+        second = env.step(env.action_space.sample())[0]
+        env.step(env.action_space.sample())
+        assert np.array_equal(first, kept) and not np.shares_memory(first, second)
+    finally:
+        env.close()
+
+
 def test_reset_with_a_seed_replays_the_same_episode_and_another_seed_does_not() -> None:
     env = _envpool("HalfCheetah-v5", n=2, seed=0)
     actions = np.random.default_rng(1).uniform(-1, 1, (20, 2, 6)).astype(np.float32)
