@@ -8,6 +8,7 @@ import sys
 
 from actorq import __version__
 from actorq.config import ALGORITHMS, PRECISIONS, ConfigError, RunSettings, parse_int_tuple
+from actorq.config_parse import ENV_BACKENDS
 
 EXIT_USER_ERROR = 2
 CONTINUOUS_SAMPLES_PER_INSERT = 128.0
@@ -154,6 +155,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sparsity-critic", type=float, default=None, help="critic sparsity (default: --sparsity)"
     )
+    p.add_argument(
+        "--env-backend",
+        default=d.env_backend,
+        choices=ENV_BACKENDS,
+        help="who builds the actors' vector envs: gymnasium (every family) or envpool "
+        "(classic control, MuJoCo, ale:; pip install 'actorq[envpool]'; not for ppo/appo/"
+        "a2c); docs/actor-throughput.md says which is faster per family",
+    )
 
 
 def _add_ptq_parser(sub: argparse._SubParsersAction) -> None:
@@ -283,6 +292,7 @@ def _run(args: argparse.Namespace) -> int:
         sparsity_actor=_or(args.sparsity_actor, args.sparsity),
         sparsity_critic=_or(args.sparsity_critic, args.sparsity),
         learner_device=args.learner_device,
+        env_backend=args.env_backend,
     )
     from actorq.launch.zygote import Zygote
 

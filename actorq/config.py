@@ -21,6 +21,7 @@ from actorq.config_parse import (
     _check,
     _check_port,
     _check_precision,
+    check_env_backend,
     check_learner_device,
     load_settings,
     parse_int_tuple,
@@ -149,6 +150,9 @@ class ActorSettings(CommonSettings):
     evaluator: bool = False  # greedy, writes nothing to replay, reports "return"
     env_id: str = "CartPole-v1"
     envs_per_actor: int = 8  # envs stepped together; one batched forward per step
+    # gymnasium | envpool: who builds the vector env (docs/actor-throughput.md says which
+    # is faster per family); envpool covers classic control, MuJoCo and ale: ids.
+    env_backend: str = "gymnasium"
     seed: int = 0
     quantizer_addr: str = "127.0.0.1:50051"
     epsilon_base: float = 0.4  # Ape-X: eps_i = base ** (1 + alpha * i / (N - 1))
@@ -223,6 +227,7 @@ class ActorSettings(CommonSettings):
             self.onpolicy_queue_segments >= 1,
             f"onpolicy_queue_segments: expected >= 1, got {self.onpolicy_queue_segments}",
         )
+        check_env_backend(self.env_backend, self.unroll_length > 0, "env_backend")
         _check(
             self.obs_codec in OBS_CODECS,
             f"obs_codec: expected one of {', '.join(OBS_CODECS)}, got {self.obs_codec!r}",

@@ -33,6 +33,26 @@ T = TypeVar("T")
 
 
 REPLAY_KINDS = ("uniform", "prioritized")
+# Who builds actors' vector envs (actorq.envs.make_vector_env): gymnasium (and ale-py,
+# dm_control, MinAtar) for every family, or EnvPool for the families it covers.
+ENV_BACKENDS = ("gymnasium", "envpool")
+ON_POLICY = ("ppo", "appo", "a2c")  # = actorq.algos.factory.ON_POLICY_ALGORITHMS
+
+
+def check_env_backend(backend: str, on_policy: bool, flag: str) -> None:
+    """A known backend; on-policy segments need SAME_STEP autoreset, which EnvPool lacks
+    (it resets on the step after an episode ends, actorq.envs.envpool_backend)."""
+    _check(
+        backend in ENV_BACKENDS,
+        f"{flag}: expected one of {', '.join(ENV_BACKENDS)}, got {backend!r}",
+    )
+    _check(
+        not (on_policy and backend == "envpool"),
+        f"{flag} envpool: on-policy algorithms ({', '.join(ON_POLICY)}) need SAME_STEP "
+        "autoreset, which EnvPool does not do; use gymnasium",
+    )
+
+
 # Where the learner trains (actorq.learner.device): "auto" picks cpu or cuda by the rule
 # there; "cuda:N" names one GPU. Checked here by syntax only (no torch import).
 LEARNER_DEVICES = ("auto", "cpu", "cuda", "cuda:N")

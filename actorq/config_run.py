@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from actorq.config_parse import (
     ALGORITHMS,
+    ON_POLICY,
     REPLAY_KINDS,
     _check,
     _check_precision,
+    check_env_backend,
     check_learner_device,
 )
 
@@ -40,10 +42,12 @@ class RunSettings:
     sparsity_actor: float = 0.0  # > 0: RLx2 sparse training (actorq.sparse), actor share of 0s
     sparsity_critic: float = 0.0  # the same for the critics
     learner_device: str = "auto"  # auto | cpu | cuda | cuda:N (the learner's ACTORQ_DEVICE)
+    env_backend: str = "gymnasium"  # gymnasium | envpool: who builds the actors' vector envs
 
     def __post_init__(self) -> None:
         self._check_sparsity()
         check_learner_device(self.learner_device, "--learner-device")
+        check_env_backend(self.env_backend, self.algo in ON_POLICY, "--env-backend")
         _check(
             self.replay in REPLAY_KINDS,
             f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",

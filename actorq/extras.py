@@ -18,9 +18,12 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plots": ("matplotlib",),
     "prioritized": ("numba",),
     "cluster": ("docker",),
+    "envpool": ("envpool",),
 }
 # The image `make image` builds with each extra (scripts/build_images.sh).
 IMAGES = {"mujoco": "actorq:mujoco", "atari": "actorq:atari"}
+# Extras no image carries (envpool: ~530 MB of wheels and assets, docs/actor-throughput.md).
+NOT_IN_IMAGES = ("envpool",)
 
 
 class MissingExtraError(ImportError):
@@ -28,11 +31,13 @@ class MissingExtraError(ImportError):
 
 
 def missing_message(module: str, extra: str, what: str) -> str:
-    image = IMAGES.get(extra, "actorq:latest")
-    return (
+    message = (
         f"{what} needs the '{module}' package, which is not installed: "
-        f"pip install 'actorq[{extra}]' (containers: use the {image} image)"
+        f"pip install 'actorq[{extra}]'"
     )
+    if extra in NOT_IN_IMAGES:
+        return message + " (no actorq image includes it)"
+    return message + f" (containers: use the {IMAGES.get(extra, 'actorq:latest')} image)"
 
 
 def require(module: str, extra: str, what: str) -> ModuleType:

@@ -58,7 +58,7 @@ def run_actor(
         redis_url=REDIS_URL, redis_prefix=keys.prefix, env_id=env_id, envs_per_actor=m,
         quantizer_addr="unused:0", **overrides,
     )  # fmt: skip
-    env = make_vector_env(env_id, m, settings.seed)
+    env = make_vector_env(env_id, m, settings.seed, backend=settings.env_backend)
     stop = threading.Event()
     actor = Actor(settings, env, StaticFollower(policy), client, keys, stop)
     if not episodes:
@@ -93,10 +93,11 @@ def main() -> None:
     parser.add_argument("--precision", default="int8")
     parser.add_argument("--m", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--env-backend", default="gymnasium", help="gymnasium or envpool")
     args = parser.parse_args()
     torch.set_num_threads(1)
     policy = make_policy(args.env, parse_int_tuple(args.hidden), args.precision)
-    run = run_actor(args.env, policy, args.m, args.seconds)
+    run = run_actor(args.env, policy, args.m, args.seconds, env_backend=args.env_backend)
     print(f"{run.env_steps_per_s:,.0f} env steps/s, {run.us_per_step:.1f} us/vector step")
     print({k: round(v, 1) for k, v in run.phases_us.items()})
     np.set_printoptions(precision=1)

@@ -11,11 +11,16 @@ Phases, interleaved round by round so machine load hits them alike:
   unfused   `actor` with ACTORQ_FUSED_ACT=0: the fast path's torch forward and numpy
             exploration instead of its numba kernels (actorq.actor.fast_act)
   services  `actorq run` with N actors at a low samples-per-insert, --target-return none
-Per cell: median env steps/s, actor/raw ratio, and microseconds per vector step by loop
-phase (actorq.breakdown). CPU model and flags are printed first.
+Each phase runs once per env backend of --env-backends (gymnasium, envpool: who builds the
+vector env, actorq.envs.make_vector_env), side by side in the same round; envpool rows are
+labelled `<phase>:envpool`. Per cell: median env steps/s, the ratio to the raw env of the
+same backend, the ratio to the same phase on gymnasium (x gym), and microseconds per
+vector step by loop phase (actorq.breakdown). CPU model and flags are printed first.
 
     .venv/bin/python bench/bench_throughput.py --quick
     .venv/bin/python bench/bench_throughput.py --envs cartpole64 --m 32,128 --phases raw,actor
+    .venv/bin/python bench/bench_throughput.py --envs halfcheetah --m 8,32 --phases raw,actor \
+        --env-backends gymnasium,envpool
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import torch
 from actor_inproc import run_actor
 
 from actorq.actor.fixed_policy import make_policy
-from actorq.envs import describe_env, make_vector_env
+from actorq.envs import check_backend, describe_env, make_vector_env
 
 
 @dataclass(frozen=True)
@@ -63,9 +68,9 @@ ARMS = {
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def raw_env_rate(env_id: str, m: int, seconds: float, seed: int) -> float:
+def raw_env_rate(env_id: str, m: int, seconds: float, seed: int, backend: str) -> float:
     """Env steps/s of the vector env alone, uniformly random actions drawn per step."""
-    env = make_vector_env(env_id, m, seed)
+    env = make_vector_env(env_id, m, seed, backend=backend)
     space = env.single_action_space
     rng = np.random.default_rng(seed)
     discrete = hasattr(space, "n")
@@ -82,7 +87,7 @@ def raw_env_rate(env_id: str, m: int, seconds: float, seed: int) -> float:
     return steps * m / elapsed
 
 
-def services_rate(cell: Cell, precision: str, n: int, m: int, seconds: float) -> dict:
+def services_rate(cell: Cell, precision: str, n: int, m: int, seconds: float, backend: str) -> dict:
     """`actorq run` for about `seconds`: env steps/s between the first progress row with
     steps and the last one (start-up left out), and the run's actor breakdown."""
     with tempfile.TemporaryDirectory(prefix="bench-tp-") as tmp:
@@ -92,7 +97,7 @@ def services_rate(cell: Cell, precision: str, n: int, m: int, seconds: float) ->
             "--actors", str(n), "--envs-per-actor", str(m), "--precision", precision,
             "--samples-per-insert", "0.125", "--target-return", "none", "--settle-at", "none",
             "--max-seconds", str(seconds), "--max-env-steps", "1000000000",
-            "--run-dir", str(run_dir),
+            "--run-dir", str(run_dir), "--env-backend", backend,
         ]  # fmt: skip
         if cell.hidden:
             cmd += ["--hidden", ",".join(map(str, cell.hidden))]
@@ -138,6 +143,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--service-m", type=int, default=32, help="envs per actor (services)")
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument(
+        "--env-backends", default="gymnasium", help="vector-env backends: gymnasium,envpool"
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="CartPole 64x64 int8, M 32 and 128, 2 rounds of 3 s; services N=1 for 20 s",
@@ -155,40 +163,58 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def label(phase: str, backend: str) -> str:
+    """The table's phase column: gymnasium rows keep the plain names of earlier tables."""
+    return phase if backend == "gymnasium" else f"{phase}:{backend}"
+
+
+def measure_round(args, cell: Cell, r: int, backend: str, policies, results) -> None:
+    """One round of the raw and actor phases of `cell` on one backend, every M."""
+    phases, precisions = args.phases.split(","), args.precisions.split(",")
+    for m in (int(x) for x in args.m.split(",")):
+        if "raw" in phases:
+            rate = raw_env_rate(cell.env_id, m, args.seconds, seed=r, backend=backend)
+            results.setdefault((cell.name, label("raw", backend), "-", m), []).append(rate)
+        seconds = max(args.seconds, MIN_SECONDS.get(cell.name, 0.0))
+        for p in precisions:
+            for arm in (a for a in ARMS if a in phases):
+                run = run_actor(cell.env_id, policies[cell.name, p], m, seconds, seed=r,
+                                env_backend=backend, **ARMS[arm])  # fmt: skip
+                key = (cell.name, label(arm, backend), p, m)
+                results.setdefault(key, []).append((run.env_steps_per_s, run.phases_us))
+
+
+def measure_services(args, cell: Cell, backend: str, results) -> None:
+    for p in args.precisions.split(","):
+        for n in (int(x) for x in args.n.split(",")):
+            seconds = max(args.service_seconds, 3 * MIN_SECONDS.get(cell.name, 0.0))
+            got = services_rate(cell, p, n, args.service_m, seconds, backend)
+            key = (cell.name, label(f"services N={n}", backend), p, args.service_m)
+            results.setdefault(key, []).append(got)
+
+
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)
     print(cpu_description())
     cells = [CELLS[n] for n in args.envs.split(",")]
-    ms = [int(x) for x in args.m.split(",")]
-    phases = args.phases.split(",")
-    precisions = args.precisions.split(",")
+    backends = args.env_backends.split(",")
     results: dict[tuple, list] = {}
     for cell in cells:
-        describe_env(cell.env_id, continuous=None)  # fail early on a missing env
-    policies = {(c.name, p): make_policy(c.env_id, c.hidden, p) for c in cells for p in precisions}
+        describe_env(cell.env_id, continuous=None)  # fail early on a missing env ...
+        for backend in backends:
+            check_backend(cell.env_id, backend)  # ... or one a backend cannot build
+    policies = {
+        (c.name, p): make_policy(c.env_id, c.hidden, p)
+        for c in cells
+        for p in args.precisions.split(",")
+    }
     for r in range(args.rounds):
         for cell in cells:
-            for m in ms:
-                if "raw" in phases:
-                    rate = raw_env_rate(cell.env_id, m, args.seconds, seed=r)
-                    results.setdefault((cell.name, "raw", "-", m), []).append(rate)
-                seconds = max(args.seconds, MIN_SECONDS.get(cell.name, 0.0))
-                for p in precisions:
-                    for arm in ARMS:
-                        if arm not in phases:
-                            continue
-                        extra = ARMS[arm]
-                        run = run_actor(cell.env_id, policies[cell.name, p], m, seconds, seed=r,
-                                        **extra)  # fmt: skip
-                        key = (cell.name, arm, p, m)
-                        results.setdefault(key, []).append((run.env_steps_per_s, run.phases_us))
-            for p in precisions if "services" in phases and r == 0 else ():
-                for n in (int(x) for x in args.n.split(",")):
-                    seconds = max(args.service_seconds, 3 * MIN_SECONDS.get(cell.name, 0.0))
-                    got = services_rate(cell, p, n, args.service_m, seconds)
-                    results.setdefault((cell.name, f"services N={n}", p, args.service_m), [])
-                    results[cell.name, f"services N={n}", p, args.service_m].append(got)
+            for backend in backends:  # side by side in each round: load hits them alike
+                measure_round(args, cell, r, backend, policies, results)
+                if "services" in args.phases.split(",") and r == 0:
+                    measure_services(args, cell, backend, results)
             print_table(results, file=sys.stderr)  # partial tables survive an interrupted run
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     print_table(results)
@@ -209,10 +235,18 @@ def _rate_and_phases(values: list) -> tuple[float, dict[str, float]]:
     return statistics.median(rates), {n: statistics.median(v[1][n] for v in values) for n in names}
 
 
+def _ratio(results: dict[tuple, list], rate: float, key: tuple) -> str:
+    base = _rate_and_phases(results[key])[0] if key in results else 0.0
+    if not base > 0:  # missing, failed (nan) or no steps in time (0)
+        return "      "
+    return f"{rate / base:6.2f}"
+
+
 def print_table(results: dict[tuple, list], file=None) -> None:
     short = ("inference", "explore", "env_step", "record", "push", "rate_limit_wait")
     print(
-        f"\n{'env':<12}|{'phase':<13}|{'prec':<5}|{'M':>4} |{'env steps/s':>12} |{'x raw':>6} |"
+        f"\n{'env':<12}|{'phase':<21}|{'prec':<5}|{'M':>4} |{'env steps/s':>12} |{'x raw':>6} |"
+        + f"{'x gym':>6} |"
         + "".join(f"{s[:8]:>9}" for s in short)
         + "  (us per vector step)",
         file=file,
@@ -220,17 +254,20 @@ def print_table(results: dict[tuple, list], file=None) -> None:
     for key, values in results.items():
         env, phase, precision, m = key
         rate, phases = _rate_and_phases(values)
-        raw = results.get((env, "raw", "-", m))
-        ratio = f"{rate / statistics.median(raw):6.2f}" if raw and phase != "raw" else "      "
         if "error" in phases:
             print(
-                f"{env:<12}|{phase:<13}|{precision:<5}|{m:>4} | failed: {phases['error']}",
+                f"{env:<12}|{phase:<21}|{precision:<5}|{m:>4} | failed: {phases['error']}",
                 file=file,
             )
             continue
+        base_phase, _, backend = phase.partition(":")
+        raw_key = (env, label("raw", backend or "gymnasium"), "-", m)
+        x_raw = _ratio(results, rate, raw_key) if base_phase != "raw" else "      "
+        x_gym = _ratio(results, rate, (env, base_phase, precision, m)) if backend else "      "
         cols = "".join(f"{phases[s]:>9.1f}" if s in phases else f"{'':>9}" for s in short)
         print(
-            f"{env:<12}|{phase:<13}|{precision:<5}|{m:>4} |{rate:>12,.0f} |{ratio} |{cols}",
+            f"{env:<12}|{phase:<21}|{precision:<5}|{m:>4} |{rate:>12,.0f} |{x_raw} |{x_gym} |"
+            + cols,
             file=file,
         )
 

@@ -93,8 +93,13 @@ def describe_env(env_id: str, continuous: bool | None = False) -> EnvInfo:
         env.close()
 
 
-def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) -> VectorEnv:
+def make_vector_env(
+    env_id: str, num_envs: int, seed: int, native: bool = True, backend: str = "gymnasium"
+) -> VectorEnv:
     """A seeded vector env of `num_envs` copies.
+
+    `backend` "envpool" builds it with EnvPool (actorq.envs.envpool_backend: NEXT_STEP
+    autoreset, the families it covers only); the rest describes "gymnasium", the default.
 
     Where gymnasium ships a natively vectorized version (e.g. CartPoleVectorEnv: numpy over
     all envs at once, ~5x faster than a Python loop at 32 envs) and `native` is set, that
@@ -106,6 +111,9 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) 
         raise EnvError(f"num_envs must be >= 1, got {num_envs}")
     # Fail early with a clear message rather than deep in gymnasium.
     info = describe_env(env_id, continuous=None)
+    check_backend(env_id, backend)
+    if backend == "envpool":
+        return _envpool_vector_env(env_id, num_envs, seed, info)
     if env_id.startswith(ALE_PREFIX):  # C++ batched stepping and preprocessing (ale-py)
         return make_ale_vector_env(env_id[len(ALE_PREFIX) :], num_envs, seed, EnvError)
     if native and not info.continuous and _has_native_vector(env_id):
@@ -122,6 +130,34 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, native: bool = True) 
         sub_env.action_space.seed(seed + i)
     envs.action_space.seed(seed)
     return envs
+
+
+def check_backend(env_id: str, backend: str) -> None:
+    """EnvError unless `backend` is known, installed and covers `env_id`; builds no env."""
+    from actorq.envs.envpool_backend import BACKENDS, envpool_task
+
+    if backend not in BACKENDS:
+        raise EnvError(f"env backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "envpool":
+        try:
+            envpool_task(env_id, EnvError)
+        except MissingExtraError as exc:
+            raise EnvError(str(exc)) from None
+
+
+def _envpool_vector_env(env_id: str, num_envs: int, seed: int, info: EnvInfo) -> VectorEnv:
+    from actorq.envs.envpool_backend import EnvPoolVectorEnv
+
+    env = EnvPoolVectorEnv(env_id, num_envs, seed, EnvError)
+    # The learner builds its network from describe_env (gymnasium's spaces): an EnvPool
+    # task with other shapes would fail later and far from here.
+    got = _info_from_spaces(
+        env_id, env.single_observation_space, env.single_action_space, info.continuous
+    )
+    if got != info:
+        env.close()
+        raise EnvError(f"envpool's {env_id!r} has other spaces than gymnasium's: {got} != {info}")
+    return env
 
 
 def _has_native_vector(env_id: str) -> bool:

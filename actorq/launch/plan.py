@@ -159,6 +159,7 @@ def _actor(
     env = {
         **_common_env(redis_url, prefix, port, run_dir),
         "ACTORQ_ENV_ID": settings.env,
+        "ACTORQ_ENV_BACKEND": settings.env_backend,
         "ACTORQ_ACTOR_INDEX": str(index),
         "ACTORQ_NUM_ACTORS": str(settings.actors),
         "ACTORQ_EVALUATOR": "true" if evaluator else "false",

@@ -24,6 +24,7 @@ import redis
 from actorq.algos.factory import load_algorithm_config, policy_spec
 from actorq.config import RunSettings, redact_url
 from actorq.energy import EnergyMeter, PowerModel
+from actorq.envs import check_backend
 from actorq.launch.budget import what_ends
 from actorq.launch.final import read_final_records, redis_cpu_seconds
 from actorq.launch.monitor import ProgressSample, RunMonitor
@@ -89,6 +90,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     # bad ACTORQ_<ALGO>_* values: same; the config is the one the learner will load
     config = load_algorithm_config(settings.algo, {**os.environ, **_qat_env(settings)})
     spec = policy_spec(settings.env, settings.algo, settings.hidden, config)
+    check_backend(settings.env, settings.env_backend)  # envpool missing or not covering it
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
     _check_learner_device(settings)
     _note_narrow_sparse(settings)

@@ -18,7 +18,7 @@ from actorq.actor.loop import Actor
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.actor.trajectory import TrajectoryActor
 from actorq.config import ActorSettings, load_settings
-from actorq.envs import describe_env, make_vector_env
+from actorq.envs import check_backend, describe_env, make_vector_env
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
@@ -31,8 +31,10 @@ log = logging.getLogger("actorq.actor")
 
 def serve(settings: ActorSettings) -> int:
     torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
-    # Unknown or unsupported env: a clear error before anything starts.
+    # Unknown or unsupported env, or a backend that cannot build it: a clear error before
+    # anything starts.
     describe_env(settings.env_id, continuous=None)
+    check_backend(settings.env_id, settings.env_backend)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     keys = RedisKeys(settings.redis_prefix)
     settings = claim_actor_index(settings, client, keys)  # replicas of one template (-1)
@@ -43,6 +45,7 @@ def serve(settings: ActorSettings) -> int:
         settings.envs_per_actor,
         settings.seed + 1000 * settings.actor_index,
         native=not on_policy,  # segments need SAME_STEP autoreset (actorq.actor.trajectory)
+        backend=settings.env_backend,
     )
     tls = TlsConfig.from_settings(settings)
     follower = PolicyFollower(

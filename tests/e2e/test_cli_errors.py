@@ -43,6 +43,13 @@ def _run(
             ["--algo", "sac", "--env", "Pendulum-v1", "--sparsity", "0.9", "--learners", "2"],
             "--learners 2",
         ),
+        (
+            ["--env-backend", "envpool", "--algo", "sac", "--env", "dmc:cartpole-swingup"],
+            "env 'dmc:cartpole-swingup' is not one the envpool backend covers",
+        ),
+        (["--env-backend", "envpool", "--env", "minatar:breakout"], "use --env-backend gymnasium"),
+        (["--env-backend", "envpool", "--algo", "ppo"], "need SAME_STEP autoreset"),
+        (["--env-backend", "gym"], "invalid choice: 'gym'"),
     ],
 )
 def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expected: str) -> None:
@@ -89,6 +96,34 @@ def test_service_on_a_taken_port_exits_2(redis_url: str) -> None:
         )
     assert result.returncode == 2
     assert f"127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+# `actorq run` on an install without the envpool extra: the package is made absent the way
+# Python knows it (sys.modules["envpool"] = None makes `import envpool` fail).
+WITHOUT_ENVPOOL = "import sys; sys.modules['envpool'] = None; from actorq.cli import main; "
+
+
+def test_envpool_backend_without_envpool_names_the_extra(tmp_path) -> None:
+    argv = ["run", "--env-backend", "envpool", "--run-dir", str(tmp_path / "run")]
+    result = _run(["-c", WITHOUT_ENVPOOL + f"sys.exit(main({argv!r}))"])
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'actorq[envpool]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()  # nothing was started, not even the run folder
+
+
+def test_actor_service_with_an_env_envpool_does_not_cover_exits_2() -> None:
+    """ACTORQ_ENV_BACKEND=envpool on a service: refused before it connects to Redis (the
+    URL below has nothing listening)."""
+    env = {
+        "ACTORQ_ENV_BACKEND": "envpool",
+        "ACTORQ_ENV_ID": "minatar:breakout",
+        "ACTORQ_REDIS_URL": f"redis://127.0.0.1:{find_free_port()}/0",
+    }
+    result = _run(["-m", "services.actor"], env=env)
+    assert result.returncode == 2, result.stderr
+    assert "'minatar:breakout' is not one the envpool backend covers" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_service_with_bad_setting_exits_2() -> None:
