@@ -62,10 +62,10 @@ def record_step(t, obs, taken, rewards, next_obs, terminated, valid, greedy, log
         c_valid[t, i] = valid[i]
         c_behaviour[t, i] = greedy[i]
         c_logp[t, i] = logp[i]
-        if valid[i]:  # a reset row (NEXT_STEP autoreset) adds no reward
+        if valid[i]:  # a reset row (NEXT_STEP autoreset) adds no reward and no length
             n_valid += 1
             returns[i] += np.float64(rewards[i])
-        lengths[i] += 1
+            lengths[i] += 1
         if ended[i]:
             done_returns[n_done] = returns[i]
             done_lengths[n_done] = lengths[i]

@@ -208,5 +208,5 @@ class StepRecorder:
             obs, taken, step.rewards, step.next_obs, step.terminated, v, greedy, logp, steps
         )
         rewards = step.rewards if steps == len(v) else np.where(v, step.rewards, 0.0)
-        self.episodes.step(rewards, step.ended, version, env_steps + steps)
+        self.episodes.step(rewards, step.ended, version, env_steps + steps, v)
         return steps

@@ -103,9 +103,18 @@ class EpisodeTracker:
         self.pending_count = 0  # episodes finished and not yet written
         self.count = 0
 
-    def step(self, rewards: np.ndarray, ended: np.ndarray, version: int, env_steps: int) -> None:
+    def step(
+        self,
+        rewards: np.ndarray,
+        ended: np.ndarray,
+        version: int,
+        env_steps: int,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        """`valid` False marks a NEXT_STEP reset row: no step of any episode, so it adds
+        neither reward (the caller zeroes it) nor length."""
         self.returns += rewards
-        self.lengths += 1
+        self.lengths += 1 if valid is None else valid
         if not np.count_nonzero(ended):  # ~0.3 us; ndarray.any() ~1.7
             return
         done = np.asarray(ended).nonzero()[0]

@@ -326,7 +326,7 @@ class Actor(_EnvWorker):
         self.version_of_pending, self.precision = version, acted.policy.precision
         steps = int(v.sum())
         self._count_steps(steps)
-        self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version)
+        self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version, v)
         self.clock.mark("record")
         return step.obs
 
@@ -347,8 +347,10 @@ class Actor(_EnvWorker):
         self.clock.mark("record")
         return step.obs
 
-    def _track_episodes(self, rewards: np.ndarray, ended: np.ndarray, version: int) -> None:
-        self.episodes.step(rewards, ended, version, self.env_steps)
+    def _track_episodes(
+        self, rewards: np.ndarray, ended: np.ndarray, version: int, valid: np.ndarray
+    ) -> None:
+        self.episodes.step(rewards, ended, version, self.env_steps, valid)
 
     def _export_episodes(self) -> None:
         """Episode count and mean return to Prometheus, once per push: the mean over the

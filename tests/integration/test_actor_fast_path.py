@@ -68,6 +68,9 @@ def test_fast_path_writes_what_the_plain_path_writes(
     # Exploration happened and episodes ended, so the comparison covers both.
     assert (plain["action"] != plain["behaviour"]).any() and plain["done"].any()
     assert len(plain["episodes"]) > 10 and plain["episodes"] == fast["episodes"]
+    # CartPole pays 1 per step, so a length is its return: a NEXT_STEP reset row is not
+    # a step of the episode after it (it was counted once, one too many per episode).
+    assert all(length == ret for ret, length, _ in plain["episodes"]), plain["episodes"][:5]
     assert (plain["env_steps"], plain["inserted"]) == (fast["env_steps"], fast["inserted"])
 
 
