@@ -1,7 +1,9 @@
 """Env steps/s of the raw vector env, one actor alone, and the whole services, side by side.
 
 Phases, interleaved round by round so machine load hits them alike:
-  raw       the vector env the actor builds (actorq.envs.make_vector_env), random actions
+  raw       the vector env the actor builds (actorq.envs.make_vector_env), random actions;
+            env steps leave NEXT_STEP reset rows out, as the actor's count does, and
+            `raw-rows` counts every row (raw_env_rate)
   actor     the actor loop (actorq.actor.loop.Actor) with its policy built in process
             (bench/actor_inproc.py), pushing to the real Redis at 127.0.0.1:6379
   noep      `actor` without writing finished episodes to Redis (a diagnostic: what the
@@ -41,6 +43,7 @@ import torch
 from actor_inproc import run_actor
 
 from actorq.actor.fixed_policy import make_policy
+from actorq.actor.stepper import VectorStepper
 from actorq.envs import check_backend, describe_env, make_vector_env
 
 
@@ -68,23 +71,35 @@ ARMS = {
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def raw_env_rate(env_id: str, m: int, seconds: float, seed: int, backend: str) -> float:
-    """Env steps/s of the vector env alone, uniformly random actions drawn per step."""
+def raw_env_rate(
+    env_id: str, m: int, seconds: float, seed: int, backend: str
+) -> tuple[float, float]:
+    """(env steps/s, rows/s) of the vector env alone, uniformly random actions per step.
+
+    With NEXT_STEP autoreset (gymnasium's native vector envs, EnvPool) the row after an
+    episode's end is a reset: no transition, its action ignored, and the actor does not
+    count it as an env step (actorq.actor.stepper). Env steps leave those rows out too, so
+    that actor/raw compares like with like; rows/s counts every row. The ends are counted
+    after the timed loop, from the step's own (fresh) flag arrays."""
     env = make_vector_env(env_id, m, seed, backend=backend)
     space = env.single_action_space
     rng = np.random.default_rng(seed)
     discrete = hasattr(space, "n")
+    next_step = VectorStepper(env).next_step_mode
     env.reset(seed=seed)
-    steps, started = 0, time.perf_counter()
+    flags, started = [], time.perf_counter()
     while (elapsed := time.perf_counter() - started) < seconds:
         if discrete:
             actions = rng.integers(0, space.n, m)
         else:
             actions = rng.uniform(-1, 1, (m, *space.shape)).astype(np.float32)
-        env.step(actions)
-        steps += 1
+        _, _, terminated, truncated, _ = env.step(actions)
+        flags.append((terminated, truncated))
     env.close()
-    return steps * m / elapsed
+    rows = len(flags) * m
+    # Each end but those of the last step was followed by one reset row.
+    resets = sum(np.count_nonzero(np.logical_or(*f)) for f in flags[:-1]) if next_step else 0
+    return (rows - resets) / elapsed, rows / elapsed
 
 
 def services_rate(cell: Cell, precision: str, n: int, m: int, seconds: float, backend: str) -> dict:
@@ -173,8 +188,9 @@ def measure_round(args, cell: Cell, r: int, backend: str, policies, results) -> 
     phases, precisions = args.phases.split(","), args.precisions.split(",")
     for m in (int(x) for x in args.m.split(",")):
         if "raw" in phases:
-            rate = raw_env_rate(cell.env_id, m, args.seconds, seed=r, backend=backend)
+            rate, rows = raw_env_rate(cell.env_id, m, args.seconds, seed=r, backend=backend)
             results.setdefault((cell.name, label("raw", backend), "-", m), []).append(rate)
+            results.setdefault((cell.name, label("raw-rows", backend), "-", m), []).append(rows)
         seconds = max(args.seconds, MIN_SECONDS.get(cell.name, 0.0))
         for p in precisions:
             for arm in (a for a in ARMS if a in phases):
@@ -242,6 +258,9 @@ def _ratio(results: dict[tuple, list], rate: float, key: tuple) -> str:
     return f"{rate / base:6.2f}"
 
 
+RAW = ("raw", "raw-rows")  # rows/s: reset rows included (raw_env_rate)
+
+
 def print_table(results: dict[tuple, list], file=None) -> None:
     short = ("inference", "explore", "env_step", "record", "push", "rate_limit_wait")
     print(
@@ -262,7 +281,7 @@ def print_table(results: dict[tuple, list], file=None) -> None:
             continue
         base_phase, _, backend = phase.partition(":")
         raw_key = (env, label("raw", backend or "gymnasium"), "-", m)
-        x_raw = _ratio(results, rate, raw_key) if base_phase != "raw" else "      "
+        x_raw = _ratio(results, rate, raw_key) if base_phase not in RAW else "      "
         x_gym = _ratio(results, rate, (env, base_phase, precision, m)) if backend else "      "
         cols = "".join(f"{phases[s]:>9.1f}" if s in phases else f"{'':>9}" for s in short)
         print(
