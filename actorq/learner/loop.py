@@ -8,6 +8,7 @@ rate limiter only holds it back when the replay ratio would exceed samples-per-i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -158,6 +159,7 @@ class Learner(SettleSteps):
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
         metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
+        self._reported_updates = -1  # updates at the last progress report (`_idle`)
 
     # --- start-up ---------------------------------------------------------------------
     def restore(self) -> None:
@@ -276,7 +278,9 @@ class Learner(SettleSteps):
         return self._agreement(has_data, done, inserted)
 
     def _idle(self) -> None:
-        """Wait briefly for replay data; the time counts as the learner waiting on replay."""
+        """Wait for replay data; first report a stale sampled count (actors wait on it)."""
+        if self.publisher is not None and self._reported_updates != self.counters.updates:
+            self._report_progress()
         started = time.perf_counter()
         self.stop.wait(0.002)
         waited = time.perf_counter() - started
@@ -341,6 +345,7 @@ class Learner(SettleSteps):
 
     def _report_progress(self) -> None:
         """Tell actors how far sampling got (their side of the rate limiter)."""
+        self._reported_updates = self.counters.updates
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.set(self.keys.learner_updates, self.counters.updates)
@@ -424,10 +429,8 @@ class Learner(SettleSteps):
 
     def _report_ingested(self) -> None:
         """This rank's ingested count, for the run's lost-transitions check."""
-        try:
+        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):  # a check only
             self.client.hset(self.keys.learner_ingested, str(self.dist.rank), self.reader.added)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            log.warning("could not report the ingested count to redis: %s", exc)
 
     def wait_fraction(self) -> float:
         """Share of wall time the learner waited for replay data (rate limiter or empty)."""

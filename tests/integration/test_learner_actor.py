@@ -53,9 +53,8 @@ def _learner(
         publish_every=10,
         checkpoint_every=1000,
         max_updates=max_updates,
-        samples_per_insert=4.0,
         replay=replay,
-        **overrides,
+        **{"samples_per_insert": 4.0, **overrides},
     )
     store = PolicyStore(client, keys)
     publisher = WeightsPublisher(
@@ -336,3 +335,39 @@ def test_final_records_count_transitions_trimmed_before_the_learner_read_them(
     assert records.transitions_inserted == 3200
     assert records.transitions_ingested == learner.reader.added == len(learner.storage) == left
     assert records.transitions_not_ingested == 3200 - left > 0
+
+
+def test_a_low_replay_ratio_with_a_small_insert_buffer_does_not_stall(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    """0.125 samples per insert and actors allowed 300 transitions ahead (what `actorq run`
+    gives continuous control: learning_starts + 1000): the learner may take only a few
+    updates before it needs more data, fewer than the 10 between its periodic reports of
+    the sampled count. It reports when it goes idle, so the actors see that count and go on
+    (before, both waited forever: TD3 on HalfCheetah at 0.125 stopped at 4,096 env steps)."""
+    stop = threading.Event()
+    learner = _learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, max_updates=60,
+        samples_per_insert=0.125, replay_capacity=1000,
+    )  # fmt: skip
+    actor, follower = _actor(
+        redis_url, redis_keys, redis_client, quantizer, steps=20_000,
+        samples_per_insert=0.125, insert_error_buffer=300.0,
+    )  # fmt: skip
+    learner.restore()
+    learner.start()
+    actor_thread = threading.Thread(target=actor.run)
+    actor_thread.start()
+    trainer = threading.Thread(target=learner.train)
+    trainer.start()
+    trainer.join(timeout=60)
+    stalled = trainer.is_alive()
+    stop.set()
+    actor.stop.set()
+    trainer.join(timeout=10)
+    actor_thread.join(timeout=30)
+    learner.finish()
+    follower.stop()
+    assert not stalled, f"stalled at {learner.counters.updates} updates, {actor.inserted} inserted"
+    assert learner.counters.updates == 60
+    assert actor.inserted > 300 + 8 * 60 * 32 // 2  # well past the first buffer's worth
