@@ -9,7 +9,7 @@ and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
 - `PolicyForward`: `actorq.quant.fused_mlp.FusedMLP`, one numba call equal to the
   module's forward (int8 layers bit for bit, tests/unit/test_fused_mlp.py), built once per
   policy version; policies it cannot express (CNNs, fp32/fp16 precisions, float fallback
-  layers) keep the torch module;
+  layers) or nets too large for it to pay (`FUSE_MAX_LAYER_WEIGHTS`) keep the torch module;
 - `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
   same seed gives the same actions, the same greedy actions and log-probs);
 - `FusedRecorder`: `StepRecorder` (the step's eight column copies into `StepColumns`,

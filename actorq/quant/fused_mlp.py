@@ -38,6 +38,12 @@ from torch import nn
 
 from actorq.quant.int8 import DequantizedLinear, Int8Linear
 
+# The fused forward pays off where torch's per-op overhead dominates: small nets. Measured
+# in one process (BENCHMARKS.md 23j): 0.2-0.6x torch's time at 64 wide (batch 16-128), but
+# 1.0-3.5x at 128 x 128 and batch 128, and 1.4-30x from 256 wide up (fp32 BLAS against
+# fbgemm's int8 GEMM, and scipy's OpenBLAS threads fighting on a busy machine). So only
+# int8 layers of at most this many weights are fused; larger nets keep the torch module.
+FUSE_MAX_LAYER_WEIGHTS = 64 * 128
 _SMALL_SCALE = np.float32(6.1e-5)  # SMALL_SCALE_THRESHOLD of QuantUtils.h
 _EXACT_LIMIT = 1 << 24  # float32 holds every integer below this exactly
 
@@ -65,9 +71,12 @@ class FusedMLP:
         return mlp_forward(np.ascontiguousarray(obs, np.float32), self.params, self.layout)
 
 
-def fuse_mlp(module: nn.Module) -> FusedMLP | None:
+def fuse_mlp(
+    module: nn.Module, max_layer_weights: int | None = FUSE_MAX_LAYER_WEIGHTS
+) -> FusedMLP | None:
     """A `FusedMLP` equal to `module` (a PolicyModule), or None where its layers are not
-    [InputNorm], fp32 first layer, int8 layers (then the caller keeps the torch module)."""
+    [InputNorm], fp32 first layer, int8 layers, or an int8 layer has more than
+    `max_layer_weights` weights (None: any size; then the caller keeps the torch module)."""
     layers = list(getattr(module, "layers", ()))
     norm = None
     if layers and type(layers[0]).__name__ == "InputNorm":
@@ -80,6 +89,9 @@ def fuse_mlp(module: nn.Module) -> FusedMLP | None:
     if first is None or not _exact_in_float32(int8_layers):
         return None
     if len({x.reduce_range for x in int8_layers}) != 1:
+        return None
+    widest = max(x.in_features * x.out_features for x in int8_layers)
+    if max_layer_weights is not None and widest > max_layer_weights:
         return None
     return FusedMLP(first, int8_layers, norm)
 

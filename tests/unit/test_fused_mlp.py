@@ -89,7 +89,7 @@ def test_forward_equals_the_policy_module(spec: MLPSpec) -> None:
     step times one weight, ~1e-3 of it, so this bound still fails a wrong quantizer), and
     the same argmax on every row whose top two Q values are further apart than that."""
     module = _policy(spec, seed=spec.obs_dim)
-    fused = fuse_mlp(module)
+    fused = fuse_mlp(module, max_layer_weights=None)  # the kernel at every size
     assert fused is not None
     rng = np.random.default_rng(spec.obs_dim)
     for rows in (1, 7, 32, 128):
@@ -101,6 +101,19 @@ def test_forward_equals_the_policy_module(spec: MLPSpec) -> None:
         top2 = np.sort(want, axis=1)[:, -2:] if spec.num_outputs > 1 else None
         clear = np.ones(rows, bool) if top2 is None else (top2[:, 1] - top2[:, 0]) > 2 * tol
         np.testing.assert_array_equal(got.argmax(1)[clear], want.argmax(1)[clear])
+
+
+def test_only_small_nets_are_fused_by_default() -> None:
+    """Where the fused forward was measured slower than torch's (128 x 128 at batch 128,
+    256 wide and up), the actor keeps the torch module; CartPole's 64x64 is fused."""
+    assert fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=1)) is not None
+    big = _policy(MLPSpec(4, 2, (256, 256)), seed=1)
+    assert fuse_mlp(big) is None and fuse_mlp(big, max_layer_weights=None) is not None
+    forward = PolicyForward(fused=True)
+    obs = np.ones((3, 4), np.float32)
+    out = forward(LoadedPolicy(1, "int8", big, 0), obs)
+    assert forward.kind == "torch"
+    np.testing.assert_array_equal(out, _torch(big, obs))
 
 
 def test_policies_it_cannot_express_keep_the_torch_module() -> None:
