@@ -161,7 +161,7 @@ class ActorSettings(CommonSettings):
     # 1 MiB of observations, at least 32 (actorq.actor.columns.auto_push_every).
     push_every: int = 0
     fast_step: bool = True  # discrete 1-step actors: the fast path (actorq.actor.columns)
-    fused_act: bool = True  # fast path: numba forward + exploration if numba is installed
+    fused_act: bool = True  # fast path: numba forward, exploration, recording (numba+scipy)
     max_env_steps: int = 0  # stop after this many env steps of this actor; 0 = no limit
     samples_per_insert: float = 0.0  # 0 = actors never wait for the learner
     insert_error_buffer: float = 20000.0  # transitions actors may run ahead of the ratio

@@ -80,8 +80,8 @@ class Plan:
     e2e_arms: tuple[tuple[str, str, str], ...] = (  # (learner, torch threads, precision)
         ("gpu", "1", "fp32"), ("gpu", "1", "int8"), ("cpu", "4", "fp32"), ("cpu", "4", "int8"),
     )  # fmt: skip
-    # Seconds per stage; together 435 of the 440 s budget (bench/gpu_check.sh: 8 minutes
-    # with the wheel install and start-up).
+    # Seconds per stage; the default stages (all but throughput) together 435 of the 440 s
+    # budget (bench/gpu_check.sh: 8 minutes with the wheel install and start-up).
     timeouts: dict[str, float] = field(default_factory=lambda: {
         "env": 15, "throughput": 230, "cases": 45, "scaling": 150, "e2e": 120, "learner": 55,
         "pytest": 50,

@@ -141,7 +141,10 @@ def ratio_cells(results: dict[str, list]) -> list[dict]:
     """bench_throughput.py --json (raw and actor phases) as one row per M: medians."""
     cells = []
     for key, raw in results.items():
-        name, phase, _precision, m = key.split()
+        parts = key.split()
+        if len(parts) != 4:  # e.g. "cartpole64 services N=14 int8 32": not a raw/actor cell
+            continue
+        name, phase, _precision, m = parts
         actor = results.get(f"{name} actor int8 {m}")
         if phase != "raw" or not actor:
             continue

@@ -13,7 +13,7 @@ validates its epsilons on every call. Here:
   `epsilon_greedy` (one `rng.random(M)`: u < epsilon explores, with the action
   floor(u * A / epsilon)), so the same seed gives the same actions.
 
-tests/unit/test_actor_fast_path.py runs both paths on the same seed and compares every
+tests/integration/test_actor_fast_path.py runs both paths on the same seed and compares every
 transition.
 """
 

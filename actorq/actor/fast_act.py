@@ -26,6 +26,7 @@ starts; with an empty cache the first compile took 6.3 s (BENCHMARKS.md 23f).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -41,6 +42,10 @@ def fused_available(enabled: bool) -> bool:
     not with numba). Imported here, only when switched on."""
     if not enabled:
         return False
+    # The kernels' products are small and the actor is one thread by design (actors scale
+    # by processes): OpenBLAS's thread pool, one per actor, only fights the others (23j).
+    # Read when scipy's OpenBLAS loads, so before that import; a user's setting stays.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         import numba  # noqa: F401
         import scipy.linalg.cython_blas  # noqa: F401

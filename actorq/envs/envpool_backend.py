@@ -69,6 +69,13 @@ def _registered(envpool: Any, task_id: str) -> bool:
 
 def _ale_task(spec: str, envpool: Any, error: type[Exception]) -> tuple[str, dict[str, Any]]:
     _rom, options = _ale_options(spec, error)  # the same options and errors as ale-py's
+    if options.get("episodic_life"):
+        # EnvPool marks a lost life terminated but goes on without a reset; the NEXT_STEP
+        # stepper would drop the next (real) step as a reset row, and its reward with it.
+        raise error(
+            f"env {ALE_PREFIX}{spec!r}: episodic_life is not supported with --env-backend "
+            "envpool (a lost life does not reset there); use --env-backend gymnasium"
+        )
     task_id = f"{spec.split(',')[0]}-v5"
     if not _registered(envpool, task_id):
         raise error(f"ALE game {spec.split(',')[0]!r} has no EnvPool task {task_id!r}")

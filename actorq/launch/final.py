@@ -86,7 +86,7 @@ def read_checkpoint_meta(checkpoint_dir: Path) -> dict:
 
 
 def read_final_records(
-    client: redis.Redis | None, keys: RedisKeys, checkpoint_dir: Path
+    client: redis.Redis | None, keys: RedisKeys, checkpoint_dir: Path, learners: int = 1
 ) -> FinalRecords:
     """Call only after the learner and quantizer have exited (or from their final status)."""
     latest = updates = inserted = ingested = None
@@ -99,7 +99,8 @@ def read_final_records(
                 )
             )
             per_rank = client.hvals(keys.learner_ingested)
-            ingested = sum(int(v) for v in per_rank) if per_rank else None
+            # A rank that did not report (killed at stop) leaves the total unknown.
+            ingested = sum(int(v) for v in per_rank) if len(per_rank) >= learners else None
     meta = read_checkpoint_meta(checkpoint_dir)
     return FinalRecords(
         redis_policy_version=latest,

@@ -116,8 +116,8 @@ class ProgressView:
                 f"learner on {summary.learner_device}, update path "
                 f"{summary.learner_update_path}, {summary.learner_dtype}"
             )
-        lost = summary.final_records.get("transitions_not_ingested")
-        if lost and not any(name.startswith("learner") for name in summary.restarts):
+        lost = summary.final_records.get("transitions_not_ingested") or 0
+        if lost > 0 and not any(name.startswith("learner") for name in summary.restarts):
             self.console.print(
                 f"[yellow]{lost:,} of {summary.transitions_inserted:,} transitions Redis "
                 "acknowledged were never read by the learner[/yellow] (trimmed from the "

@@ -215,7 +215,9 @@ def _run_cluster(
         cpu["redis"] = redis_cpu_seconds(client)
     own = resource.getrusage(resource.RUSAGE_SELF)
     cpu["launcher"] = own.ru_utime + own.ru_stime  # monitor polls, progress view, outputs
-    records = read_final_records(client, RedisKeys(prefix), run_dir / "checkpoints")
+    records = read_final_records(
+        client, RedisKeys(prefix), run_dir / "checkpoints", settings.learners
+    )
     learner_info = read_learner_info(client, RedisKeys(prefix))
     if monitor is not None:
         _write_outputs(

@@ -159,7 +159,7 @@ class Learner(SettleSteps):
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
         metrics.LEARNER_REPLAY_RATIO.set(settings.samples_per_insert)
         self.ingest_thread = threading.Thread(target=self._ingest, name="ingest", daemon=True)
-        self._reported_updates = -1  # updates at the last progress report (`_idle`)
+        self._reported_updates, self._reported_at = -1, 0.0  # last progress report (`_idle`)
 
     # --- start-up ---------------------------------------------------------------------
     def restore(self) -> None:
@@ -278,8 +278,10 @@ class Learner(SettleSteps):
         return self._agreement(has_data, done, inserted)
 
     def _idle(self) -> None:
-        """Wait for replay data; first report a stale sampled count (actors wait on it)."""
-        if self.publisher is not None and self._reported_updates != self.counters.updates:
+        """Wait for replay data; first report a stale sampled count (actors wait on it),
+        or again each second while the last report failed (Redis away)."""
+        stale = self._reported_updates != self.counters.updates
+        if self.publisher is not None and (stale or time.monotonic() > self._reported_at + 1):
             self._report_progress()
         started = time.perf_counter()
         self.stop.wait(0.002)
@@ -345,12 +347,13 @@ class Learner(SettleSteps):
 
     def _report_progress(self) -> None:
         """Tell actors how far sampling got (their side of the rate limiter)."""
-        self._reported_updates = self.counters.updates
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.set(self.keys.learner_updates, self.counters.updates)
             pipe.set(self.keys.learner_sampled, self.group_sampled)
+            self._reported_updates = self.counters.updates
             pipe.execute()
+            self._reported_at = time.monotonic()  # only once Redis has it
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("could not report progress to redis: %s", exc)
 
@@ -398,7 +401,9 @@ class Learner(SettleSteps):
         self.ingest_thread.join(timeout=5.0)
         if not self.ingest_thread.is_alive():
             self._drain()
-        self._report_ingested()
+        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):  # for a check
+            # This rank's ingested count: the run's lost-transitions check (launch.final).
+            self.client.hset(self.keys.learner_ingested, str(self.dist.rank), self.reader.added)
         if self.publisher is None:
             return
         self.publisher.close()
@@ -426,11 +431,6 @@ class Learner(SettleSteps):
                     metrics.LEARNER_REPLAY_INSERTED.inc(added)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("redis unavailable while draining the replay stream: %s", exc)
-
-    def _report_ingested(self) -> None:
-        """This rank's ingested count, for the run's lost-transitions check."""
-        with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):  # a check only
-            self.client.hset(self.keys.learner_ingested, str(self.dist.rank), self.reader.added)
 
     def wait_fraction(self) -> float:
         """Share of wall time the learner waited for replay data (rate limiter or empty)."""

@@ -88,7 +88,9 @@ def fuse_mlp(
     int8_layers = layers[1:]
     if first is None or not _exact_in_float32(int8_layers):
         return None
-    if len({x.reduce_range for x in int8_layers}) != 1:
+    # Bit-equal to fbgemm's kernels (x86 engines) only; qnnpack (ARM) rounds its own way.
+    engines = {x.engine for x in int8_layers}
+    if len({x.reduce_range for x in int8_layers}) != 1 or not engines <= {"fbgemm", "x86"}:
         return None
     widest = max(x.in_features * x.out_features for x in int8_layers)
     if max_layer_weights is not None and widest > max_layer_weights:

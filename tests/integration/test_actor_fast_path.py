@@ -12,6 +12,7 @@ import redis
 
 from actorq.actor.columns import EpsilonGreedy, PendingTransitions, StepColumns
 from actorq.actor.episodes import parse_episodes
+from actorq.actor.fast_act import fused_available
 from actorq.actor.fixed_policy import StaticFollower, make_policy
 from actorq.actor.loop import Actor
 from actorq.config import ActorSettings
@@ -35,8 +36,10 @@ def _run(redis_url, client, prefix: str, fast: bool, native: bool, **overrides) 
     actor.run()
     env.close()
     assert actor.fast == fast
-    if fast:  # the fused kernels ran, where numba is installed (actorq.actor.fast_act)
-        assert actor.forward.kind == ("fused" if actor.forward.fused else "torch")
+    if fast:  # the fused kernels ran exactly when asked for (numba is installed here)
+        fused = overrides.get("fused_act", True)
+        assert actor.forward.fused == fused and fused_available(True)
+        assert actor.forward.kind == ("fused" if fused else "torch")
     entries = client.xrange(keys.replay_stream)
     batches = [decode_batch(fields) for _, fields in entries]
     episodes = [e for _, f in client.xrange(keys.episodes_stream) for e in parse_episodes(f)]

@@ -116,6 +116,16 @@ def test_only_small_nets_are_fused_by_default() -> None:
     np.testing.assert_array_equal(out, _torch(big, obs))
 
 
+def test_int8_layers_of_another_engine_are_not_fused() -> None:
+    """The kernel reproduces fbgemm's arithmetic (the x86 engines); qnnpack's differs."""
+    module = _policy(MLPSpec(4, 2, (64, 64)), seed=1)
+    assert fuse_mlp(module) is not None
+    for layer in module.layers:
+        if hasattr(layer, "engine"):
+            layer.engine = "qnnpack"
+    assert fuse_mlp(module) is None
+
+
 def test_policies_it_cannot_express_keep_the_torch_module() -> None:
     """fp32 and fp16 policies (no int8 layers) and tanh outputs are not fused."""
     spec = MLPSpec(4, 2, (32, 32))
