@@ -137,11 +137,20 @@ class StepColumns:
         for name, values in old.items():
             getattr(self, name)[: self.t] = values
 
-    def add(self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid: int):
-        """One vector step's M rows; `n_valid` = count of `valid` (the caller has it)."""
+    def next_row(self) -> int:
+        """The step index the next vector step goes to, growing the columns when full."""
         if self.t == self.capacity:
             self._grow()
-        t = self.t
+        return self.t
+
+    def commit(self, n_valid: int) -> None:
+        """Count the step written at `next_row()` and its `n_valid` real transitions."""
+        self.t += 1
+        self.count += n_valid
+
+    def add(self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid: int):
+        """One vector step's M rows; `n_valid` = count of `valid` (the caller has it)."""
+        t = self.next_row()
         self.obs[t] = obs
         self.next_obs[t] = next_obs
         self.action[t] = action
@@ -150,8 +159,7 @@ class StepColumns:
         self.valid[t] = valid
         self.behaviour[t] = behaviour
         self.logp[t] = logp
-        self.t = t + 1
-        self.count += n_valid
+        self.commit(n_valid)
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
         rows = self.t * self.num_envs

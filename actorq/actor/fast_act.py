@@ -129,20 +129,17 @@ class FusedRecorder(StepRecorder):
 
     def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
         p, e = self.pending, self.episodes
-        if p.t == p.capacity:
-            p._grow()
         # C-ordered (the stepper's are: no copy), with the dtypes the kernel was warmed up
         # for (float32 or float64 rewards): no compile inside the loop.
         obs, next_obs = np.ascontiguousarray(obs), np.ascontiguousarray(step.next_obs)
         rewards = np.asarray(step.rewards, _reward_dtype(step.rewards))
         valid, done = self._kernel(
-            p.t, obs, taken, rewards, next_obs,
+            p.next_row(), obs, taken, rewards, next_obs,
             np.asarray(step.terminated, np.bool_), step.valid, greedy, logp, step.ended,
             p.obs, p.next_obs, p.action, p.reward, p.done, p.valid, p.behaviour, p.logp,
             e.returns, e.lengths, self._done_returns, self._done_lengths,
         )  # fmt: skip
-        p.t += 1
-        p.count += valid
+        p.commit(valid)
         if done:
             returns, lengths = self._done_returns[:done].copy(), self._done_lengths[:done].copy()
             e.finished(returns, lengths, version, env_steps + valid)

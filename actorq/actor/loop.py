@@ -130,13 +130,6 @@ class _EnvWorker:
             self._inference_metric[precision] = histogram
         return histogram
 
-    def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act)."""
-        started = time.perf_counter()
-        q = self.forward(policy, obs)
-        self._inference_seconds.append((policy.precision, time.perf_counter() - started))
-        return q
-
     def _flush_observations(self) -> None:
         """The deferred inference latencies into their histograms (one per precision)."""
         for precision in {p for p, _ in self._inference_seconds}:
@@ -329,6 +322,13 @@ class Actor(_EnvWorker):
         self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version, v)
         self.clock.mark("record")
         return step.obs
+
+    def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
+        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act)."""
+        started = time.perf_counter()
+        q = self.forward(policy, obs)
+        self._inference_seconds.append((policy.precision, time.perf_counter() - started))
+        return q
 
     def _fast_step(self, obs: np.ndarray) -> np.ndarray:
         """`_step` for discrete 1-step transitions (actorq.actor.columns); the same
