@@ -44,31 +44,33 @@ def _argmax(row):
 
 
 @numba.njit(cache=True, nogil=True)
-def record_step(t, obs, taken, rewards, next_obs, terminated, valid, greedy, logp, ended,
-                c_obs, c_next_obs, c_action, c_reward, c_done, c_valid, c_behaviour, c_logp,
-                returns, lengths, done_returns, done_lengths):  # fmt: skip
-    """`StepRecorder.__call__` for flat observations: row t of the step columns, then the
-    episode tracker's running sums; the episodes that ended go to done_returns and
-    done_lengths (env order, as `EpisodeTracker.step` takes them). (valid rows, ended)."""
+def record_step(at, obs, taken, rewards, next_obs, terminated, valid, greedy, logp, ended,
+                c_obs, c_next_obs, c_action, c_reward, c_done, c_behaviour, c_logp,
+                returns, lengths, done_returns, done_lengths, done_at):  # fmt: skip
+    """`StepRecorder.__call__` for flat observations: the step's valid rows to the step
+    columns from row `at` on, then the episode tracker's running sums; the episodes that
+    ended go to done_returns and done_lengths from row done_at on (the tracker's pending
+    columns, `reserve`d for M; env order, as `EpisodeTracker.step` takes them).
+    (valid rows, ended)."""
     m, dim = obs.shape
     n_valid, n_done = 0, 0
     for i in range(m):
-        for f in range(dim):
-            c_obs[t, i, f] = obs[i, f]
-            c_next_obs[t, i, f] = next_obs[i, f]
-        c_action[t, i] = taken[i]
-        c_reward[t, i] = np.float32(rewards[i])  # float64 rewards round as astype does
-        c_done[t, i] = terminated[i]
-        c_valid[t, i] = valid[i]
-        c_behaviour[t, i] = greedy[i]
-        c_logp[t, i] = logp[i]
-        if valid[i]:  # a reset row (NEXT_STEP autoreset) adds no reward and no length
+        if valid[i]:  # a reset row (NEXT_STEP autoreset) is no transition, adds nothing
+            r = at + n_valid
+            for f in range(dim):
+                c_obs[r, f] = obs[i, f]
+                c_next_obs[r, f] = next_obs[i, f]
+            c_action[r] = taken[i]
+            c_reward[r] = np.float32(rewards[i])  # float64 rewards round as astype does
+            c_done[r] = terminated[i]
+            c_behaviour[r] = greedy[i]
+            c_logp[r] = logp[i]
             n_valid += 1
             returns[i] += np.float64(rewards[i])
             lengths[i] += 1
         if ended[i]:
-            done_returns[n_done] = returns[i]
-            done_lengths[n_done] = lengths[i]
+            done_returns[done_at + n_done] = returns[i]
+            done_lengths[done_at + n_done] = lengths[i]
             returns[i] = 0.0
             lengths[i] = 0
             n_done += 1
@@ -81,10 +83,10 @@ def warm_up() -> None:
     epsilon_greedy_into(np.zeros((1, 2), f32), np.zeros(1, f64), np.ones((4, 1), f64),
                         np.zeros((2, 1), i64), np.zeros(1, f32))  # fmt: skip
     one, flag = np.zeros((1, 1), f32), np.zeros(1, np.bool_)
-    columns = (np.zeros((1, 1, 1), f32), np.zeros((1, 1, 1), f32), np.zeros((1, 1), i64),
-               np.zeros((1, 1), f32), np.zeros((1, 1), np.bool_), np.zeros((1, 1), np.bool_),
-               np.zeros((1, 1), i64), np.zeros((1, 1), f32))  # fmt: skip
+    columns = (np.zeros((1, 1), f32), np.zeros((1, 1), f32), np.zeros(1, i64),
+               np.zeros(1, f32), np.zeros(1, np.bool_), np.zeros(1, i64),
+               np.zeros(1, f32))  # fmt: skip
     for reward_dtype in (f32, f64):  # vector envs return either
         record_step(0, one, np.zeros(1, i64), np.zeros(1, reward_dtype), one, flag, flag,
                     np.zeros(1, i64), np.zeros(1, f32), flag, *columns, np.zeros(1, f64),
-                    np.zeros(1, i64), np.zeros(1, f64), np.zeros(1, i64))  # fmt: skip
+                    np.zeros(1, i64), np.zeros(1, f64), np.zeros(1, i64), 0)  # fmt: skip

@@ -4,10 +4,11 @@ The plain path (`PendingTransitions` below, and `epsilon_greedy`) masks six
 arrays and builds a dict every vector step, then concatenates the parts at each push, and
 validates its epsilons on every call. Here:
 
-- `StepColumns` copies each vector step's rows, valid or not, into preallocated
-  [steps, M, ...] arrays (one slice assignment per column, no per-step allocation) and
-  drops the invalid rows (NEXT_STEP reset rows) with one mask per column at push time.
-  Rows keep the plain path's order (step-major, then env), so a batch is the same bytes.
+- `StepColumns` copies each vector step's valid rows into preallocated flat columns,
+  one after the other (one slice assignment per column, no per-step allocation; a mask
+  per column only on a step with NEXT_STEP reset rows), so a push encodes views of them
+  with no copy before the encoding's own. Rows keep the plain path's order (step-major,
+  then env), so a batch is the same bytes.
 - `EpsilonGreedy` checks its per-env epsilons once, looks the behaviour log-probs up from
   two precomputed per-env tables, and makes the same random draws and arithmetic as
   `epsilon_greedy` (one `rng.random(M)`: u < epsilon explores, with the action
@@ -108,75 +109,69 @@ class EpsilonGreedy:
 
 
 class StepColumns:
-    """Vector steps since the last push, in preallocated columns; grows when full (a long
-    Redis outage keeps everything, as the plain path does)."""
+    """Transitions since the last push, in preallocated flat columns (valid rows only, in
+    step then env order); grows when full (a long Redis outage keeps everything, as the
+    plain path does)."""
 
     def __init__(
         self, num_envs: int, obs_shape: tuple[int, ...], obs_dtype, steps: int = 64
     ) -> None:
         self.num_envs, self.obs_shape, self.obs_dtype = num_envs, tuple(obs_shape), obs_dtype
         self.t = 0  # vector steps held
-        self.count = 0  # valid rows held: the transitions the next push sends
-        self._allocate(max(int(steps), 1))
+        self.count = 0  # rows held: the transitions the next push sends
+        self._allocate(max(int(steps), 1) * num_envs)
 
-    def _allocate(self, steps: int) -> None:
-        m = self.num_envs
-        self.obs = np.empty((steps, m, *self.obs_shape), self.obs_dtype)
+    def _allocate(self, rows: int) -> None:
+        self.obs = np.empty((rows, *self.obs_shape), self.obs_dtype)
         self.next_obs = np.empty_like(self.obs)
-        self.action = np.empty((steps, m), np.int64)
-        self.reward = np.empty((steps, m), np.float32)
-        self.done = np.empty((steps, m), bool)
-        self.valid = np.empty((steps, m), bool)
-        self.behaviour = np.empty((steps, m), np.int64)
-        self.logp = np.empty((steps, m), np.float32)
-        self.capacity = steps
+        self.action = np.empty(rows, np.int64)
+        self.reward = np.empty(rows, np.float32)
+        self.done = np.empty(rows, bool)
+        self.behaviour = np.empty(rows, np.int64)
+        self.logp = np.empty(rows, np.float32)
+        self.capacity = rows
 
     def _grow(self) -> None:
-        old = {k: getattr(self, k)[: self.t] for k in _COLUMNS}
+        old = {k: getattr(self, k)[: self.count] for k in _COLUMNS}
         self._allocate(self.capacity * 2)
         for name, values in old.items():
-            getattr(self, name)[: self.t] = values
+            getattr(self, name)[: self.count] = values
 
     def next_row(self) -> int:
-        """The step index the next vector step goes to, growing the columns when full."""
-        if self.t == self.capacity:
+        """The row the next vector step's first transition goes to, with room for M."""
+        if self.count + self.num_envs > self.capacity:
             self._grow()
-        return self.t
+        return self.count
 
     def commit(self, n_valid: int) -> None:
-        """Count the step written at `next_row()` and its `n_valid` real transitions."""
+        """Count the step written from `next_row()` on and its `n_valid` transitions."""
         self.t += 1
         self.count += n_valid
 
     def add(self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid: int):
-        """One vector step's M rows; `n_valid` = count of `valid` (the caller has it)."""
-        t = self.next_row()
-        self.obs[t] = obs
-        self.next_obs[t] = next_obs
-        self.action[t] = action
-        self.reward[t] = reward  # float64 rewards round to float32 as astype does
-        self.done[t] = done
-        self.valid[t] = valid
-        self.behaviour[t] = behaviour
-        self.logp[t] = logp
+        """One vector step's M rows, of which the `valid` ones are kept; `n_valid` =
+        count of `valid` (the caller has it)."""
+        at = self.next_row()
+        rows = slice(at, at + n_valid)
+        keep = slice(None) if n_valid == self.num_envs else valid
+        self.obs[rows] = obs[keep]
+        self.next_obs[rows] = next_obs[keep]
+        self.action[rows] = action[keep]
+        self.reward[rows] = reward[keep]  # float64 rewards round to float32 as astype does
+        self.done[rows] = done[keep]
+        self.behaviour[rows] = behaviour[keep]
+        self.logp[rows] = logp[keep]
         self.commit(n_valid)
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
-        rows = self.t * self.num_envs
-        # The valid rows' indices, found once for all columns (a boolean mask per column
-        # searched it eight times).
-        index = None if self.count == rows else np.flatnonzero(self.valid[: self.t])
-
-        def column(name: str) -> np.ndarray:
-            values = getattr(self, name)[: self.t]
-            flat = values.reshape(rows, *values.shape[2:])
-            return flat.copy() if index is None else flat.take(index, axis=0)
-
+        """The held transitions as views of the columns: valid until the next `add`
+        (the push encodes them at once, and the encoding copies)."""
+        n = self.count
         return TransitionBatch(
-            obs=column("obs"), action=column("action"), reward=column("reward"),
-            next_obs=column("next_obs"), done=column("done"), actor_id=actor_id,
+            obs=self.obs[:n], action=self.action[:n], reward=self.reward[:n],
+            next_obs=self.next_obs[:n], done=self.done[:n], actor_id=actor_id,
             policy_version=version, precision=precision, steps=None,
-            behaviour=column("behaviour"), behaviour_logp=column("logp"),
+            behaviour=self.behaviour[:n], behaviour_logp=self.logp[:n],
         )  # fmt: skip
 
     def clear(self) -> None:
@@ -184,7 +179,7 @@ class StepColumns:
         self.count = 0
 
 
-_COLUMNS = ("obs", "next_obs", "action", "reward", "done", "valid", "behaviour", "logp")
+_COLUMNS = ("obs", "next_obs", "action", "reward", "done", "behaviour", "logp")
 
 
 def auto_push_every(num_envs: int, transition_bytes: int) -> int:

@@ -91,15 +91,20 @@ def parse_episode(fields: dict[bytes, bytes]) -> Episode:
 
 
 class EpisodeTracker:
-    """Running returns of M envs; finished episodes wait as columns until written."""
+    """Running returns of M envs; finished episodes wait as columns until written.
+
+    The pending episodes live in preallocated columns (`_COLUMNS`, grown by doubling):
+    one slice write per step with endings, and one `tobytes` per column at the push. The
+    actor's compiled recorder writes returns and lengths straight into them
+    (`reserve`, then `commit_finished`; actorq.actor.act_kernels)."""
 
     def __init__(self, num_envs: int, instance: str, kind: str) -> None:
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.lengths = np.zeros(num_envs, dtype=np.int64)
         self.instance, self.kind = instance, kind
-        self.recent: deque[float] = deque(maxlen=100)
-        # Per step with endings: (returns, lengths, version, env_steps, unix time).
-        self._finished: list[tuple[np.ndarray, np.ndarray, int, int, float]] = []
+        self.recent: deque[float] = deque(maxlen=100)  # written episodes' returns
+        size = max(num_envs, 64)
+        self.columns = {name: np.empty(size, dtype) for name, dtype in _COLUMNS.items()}
         self.pending_count = 0  # episodes finished and not yet written
         self.count = 0
 
@@ -126,44 +131,61 @@ class EpisodeTracker:
         self, returns: np.ndarray, lengths: np.ndarray, version: int, env_steps: int
     ) -> None:
         """Episodes that ended on one step (their running sums already reset by the
-        caller): kept until written. `actorq.actor.act_kernels` calls it directly."""
-        self._finished.append((returns, lengths, int(version), int(env_steps), time.time()))
-        self.recent.extend(returns.tolist())
-        self.pending_count += len(returns)
-        self.count += len(returns)
+        caller): kept until written."""
+        at, k = self.reserve(len(returns)), len(returns)
+        self.columns["return"][at : at + k] = returns
+        self.columns["length"][at : at + k] = lengths
+        self.commit_finished(k, version, env_steps)
+
+    def reserve(self, k: int) -> int:
+        """Room for `k` more pending episodes; the row the next one goes to."""
+        n = self.pending_count
+        if n + k > len(self.columns["return"]):
+            size = max(2 * len(self.columns["return"]), n + k)
+            for name, column in self.columns.items():
+                grown = np.empty(size, column.dtype)
+                grown[:n] = column[:n]
+                self.columns[name] = grown
+        return n
+
+    def commit_finished(self, k: int, version: int, env_steps: int) -> None:
+        """The `k` episodes written after the pending ones (returns and lengths, by the
+        caller, after `reserve`) ended on one step: stamp them and count them."""
+        rows = slice(self.pending_count, self.pending_count + k)
+        self.columns["version"][rows] = version
+        self.columns["env_steps"][rows] = env_steps
+        self.columns["time"][rows] = time.time()
+        self.pending_count += k
+        self.count += k
 
     @property
     def pending(self) -> list[Episode]:
         """The finished episodes not yet written, in the order they ended."""
+        values = (self.columns[name][: self.pending_count].tolist() for name in _COLUMNS)
         return [
-            Episode(self.instance, self.kind, float(r), int(n), version, env_steps, unix_time)
-            for returns, lengths, version, env_steps, unix_time in self._finished
-            for r, n in zip(returns.tolist(), lengths.tolist(), strict=True)
+            Episode(self.instance, self.kind, r, n, version, env_steps, unix_time)
+            for r, n, version, env_steps, unix_time in zip(*values, strict=True)
         ]
 
     def clear_pending(self) -> None:
-        """Forget the pending episodes (once Redis acknowledged their entry)."""
-        self._finished.clear()
+        """Forget the pending episodes (once Redis acknowledged their entry, or its
+        payload holds them); their returns count in `mean_return` from now on."""
+        n = self.pending_count
+        self.recent.extend(self.columns["return"][max(n - 100, 0) : n].tolist())
         self.pending_count = 0
 
     @property
     def mean_return(self) -> float:
-        return float(np.mean(self.recent)) if self.recent else float("nan")
+        """Mean return of the last 100 episodes finished (written or pending)."""
+        n = self.pending_count
+        last = [*self.recent, *self.columns["return"][max(n - 100, 0) : n].tolist()][-100:]
+        return float(np.mean(last)) if last else float("nan")
 
     def fields(self) -> dict[str, str | bytes]:
         """The pending episodes as one entry of columns (see the module docstring)."""
-        chunks = self._finished
-        counts = [len(c[0]) for c in chunks]
-        values = (
-            np.concatenate([c[0] for c in chunks]),
-            np.concatenate([c[1] for c in chunks]),
-            *(np.repeat([c[i] for c in chunks], counts) for i in (2, 3, 4)),
-        )
-        columns = {
-            name: np.asarray(v, dtype).tobytes()
-            for (name, dtype), v in zip(_COLUMNS.items(), values, strict=True)
-        }
-        return {"instance": self.instance, "kind": self.kind, "count": str(sum(counts)), **columns}
+        n = self.pending_count
+        columns = {name: column[:n].tobytes() for name, column in self.columns.items()}
+        return {"instance": self.instance, "kind": self.kind, "count": str(n), **columns}
 
     def flush(self, client: redis.Redis, keys: RedisKeys, maxlen: int) -> None:
         """Write the pending episodes as one entry; they stay pending if Redis fails."""

@@ -12,7 +12,7 @@ and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
   layers) or nets too large for it to pay (`FUSE_MAX_LAYER_WEIGHTS`) keep the torch module;
 - `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
   same seed gives the same actions, the same greedy actions and log-probs);
-- `FusedRecorder`: `StepRecorder` (the step's eight column copies into `StepColumns`,
+- `FusedRecorder`: `StepRecorder` (the step's seven column copies into `StepColumns`,
   the valid-row count and the episode tracker's running sums, ~6 numpy calls and ~20
   attribute lookups) in one numba call, for flat float32 observations.
 
@@ -117,15 +117,13 @@ class FusedEpsilonGreedy(EpsilonGreedy):
 
 class FusedRecorder(StepRecorder):
     """`StepRecorder` in one compiled call (actorq.actor.act_kernels.record_step): the
-    eight column copies, the valid-row count and the episodes' running sums."""
+    seven column copies of the valid rows, the valid-row count and the episodes' running sums."""
 
     def __init__(self, pending: StepColumns, episodes) -> None:
         super().__init__(pending, episodes)
         from actorq.actor.act_kernels import record_step
 
         self._kernel = record_step
-        m = pending.num_envs
-        self._done_returns, self._done_lengths = np.empty(m), np.empty(m, np.int64)
 
     def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
         p, e = self.pending, self.episodes
@@ -133,16 +131,16 @@ class FusedRecorder(StepRecorder):
         # for (float32 or float64 rewards): no compile inside the loop.
         obs, next_obs = np.ascontiguousarray(obs), np.ascontiguousarray(step.next_obs)
         rewards = np.asarray(step.rewards, _reward_dtype(step.rewards))
+        done_at = e.reserve(p.num_envs)  # the ended episodes go straight to its columns
         valid, done = self._kernel(
             p.next_row(), obs, taken, rewards, next_obs,
             np.asarray(step.terminated, np.bool_), step.valid, greedy, logp, step.ended,
-            p.obs, p.next_obs, p.action, p.reward, p.done, p.valid, p.behaviour, p.logp,
-            e.returns, e.lengths, self._done_returns, self._done_lengths,
+            p.obs, p.next_obs, p.action, p.reward, p.done, p.behaviour, p.logp,
+            e.returns, e.lengths, e.columns["return"], e.columns["length"], done_at,
         )  # fmt: skip
         p.commit(valid)
         if done:
-            returns, lengths = self._done_returns[:done].copy(), self._done_lengths[:done].copy()
-            e.finished(returns, lengths, version, env_steps + valid)
+            e.commit_finished(done, version, env_steps + valid)
         return valid
 
 
