@@ -178,18 +178,14 @@ def mlp_forward(obs, params, layout):
 @numba.njit(cache=True, nogil=True)
 def _bias_relu(y, b, relu):
     """y + b [then ReLU], in place; (min, max) of the result for the next layer's
-    quantizer, taken on the way (a pass over y less)."""
+    quantizer. Two passes: the elementwise one vectorises, and tracking min/max inside it
+    (per-column arrays) made it ~4x slower (11.6 against 4.4 us at 128 x 64, AMD EPYC)."""
     m, n = y.shape
-    lo, hi = np.full(n, np.inf, np.float32), np.full(n, -np.inf, np.float32)
     for i in range(m):
-        row = y[i]
         for j in range(n):
-            v = row[j] + b[j]
-            v = max(v, np.float32(0.0)) if relu else v
-            row[j] = v
-            lo[j] = v if v < lo[j] else lo[j]
-            hi[j] = v if v > hi[j] else hi[j]
-    return _reduce_min_max(lo, hi)
+            v = y[i, j] + b[j]
+            y[i, j] = max(v, np.float32(0.0)) if relu else v
+    return min_max(y)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -215,41 +211,35 @@ def _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range):
             col_sum += codes_t[p]
         acc -= np.float32(zero_point) * col_sum
     m = acc.shape[0]
-    lo_j, hi_j = np.full(n, np.inf, np.float32), np.full(n, -np.inf, np.float32)
     for i in range(m):
-        row = acc[i]
         for j in range(n):
-            v = np.float32(np.float64(row[j]) * out_scale[j] + bias[j])  # one rounding
-            v = max(v, np.float32(0.0)) if relu else v
-            row[j] = v
-            lo_j[j] = v if v < lo_j[j] else lo_j[j]
-            hi_j[j] = v if v > hi_j[j] else hi_j[j]
-    lo, hi = _reduce_min_max(lo_j, hi_j)
+            v = np.float32(np.float64(acc[i, j]) * out_scale[j] + bias[j])  # one rounding
+            acc[i, j] = max(v, np.float32(0.0)) if relu else v
+    lo, hi = min_max(acc)  # a pass of its own: see _bias_relu
     return acc, lo, hi
 
 
 @numba.njit(cache=True, nogil=True)
-def _reduce_min_max(lo, hi):
-    a, b = lo[0], hi[0]
-    for j in range(1, lo.shape[0]):
-        a = lo[j] if lo[j] < a else a
-        b = hi[j] if hi[j] > b else b
-    return a, b
-
-
-@numba.njit(cache=True, nogil=True)
 def min_max(x):
-    """(min, max) of x [m, k] != empty, NaN ignored; kept per column, so the loop is
-    elementwise and vectorises (a scalar min/max reduction does not, even with fastmath)."""
-    m, k = x.shape
-    lo, hi = x[0].copy(), x[0].copy()
-    for i in range(1, m):
-        row = x[i]
-        for j in range(k):
-            v = row[j]
-            lo[j] = v if v < lo[j] else lo[j]
-            hi[j] = v if v > hi[j] else hi[j]
-    return _reduce_min_max(lo, hi)
+    """(min, max) of x [m, k] != empty (C order), NaN ignored (a NaN compares false).
+    Four independent running pairs over the flat array: one pair is a chain of dependent
+    compares, and per-column arrays (which vectorise) were 3x slower still at 128 x 64,
+    their loads and stores in every row. Order does not matter: min and max are exact."""
+    flat = x.ravel()
+    size = flat.size
+    lo0 = lo1 = lo2 = lo3 = np.float32(np.inf)
+    hi0 = hi1 = hi2 = hi3 = np.float32(-np.inf)
+    full = size - size % 4
+    for p in range(0, full, 4):
+        v0, v1, v2, v3 = flat[p], flat[p + 1], flat[p + 2], flat[p + 3]
+        lo0, hi0 = (v0 if v0 < lo0 else lo0), (v0 if v0 > hi0 else hi0)
+        lo1, hi1 = (v1 if v1 < lo1 else lo1), (v1 if v1 > hi1 else hi1)
+        lo2, hi2 = (v2 if v2 < lo2 else lo2), (v2 if v2 > hi2 else hi2)
+        lo3, hi3 = (v3 if v3 < lo3 else lo3), (v3 if v3 > hi3 else hi3)
+    for p in range(full, size):
+        v = flat[p]
+        lo0, hi0 = (v if v < lo0 else lo0), (v if v > hi0 else hi0)
+    return min(min(lo0, lo1), min(lo2, lo3)), max(max(hi0, hi1), max(hi2, hi3))
 
 
 @numba.njit(cache=True, nogil=True)

@@ -21,7 +21,7 @@ from actorq.actor.fast_act import (
     PolicyForward,
     fast_acting,
 )
-from actorq.quant.fused_mlp import fuse_mlp, int8_linear
+from actorq.quant.fused_mlp import fuse_mlp, int8_linear, min_max
 
 
 def _torch(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
@@ -59,6 +59,23 @@ def test_int8_layer_equals_fbgemm_bit_for_bit(kind: str) -> None:
         codes_t = np.ascontiguousarray(q.T, np.float32)
         got = int8_linear(x, codes_t, scales.astype(np.float32), bias, relu, layer.reduce_range)
         np.testing.assert_array_equal(got, _torch(layer, x), err_msg=f"trial {trial}")
+
+
+def test_min_max_is_numpys_ignoring_nan() -> None:
+    """The quantizer's (min, max) pass (four running pairs over the flat array) equals
+    numpy's nanmin/nanmax for any size (remainders of 4 too), layout, sign and NaN."""
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        rows, cols = (int(v) for v in rng.integers(1, 12, size=2))
+        x = (rng.normal(size=(rows, cols)) * 10 ** rng.uniform(-3, 3)).astype(np.float32)
+        if trial % 3 == 0:
+            x.ravel()[rng.integers(0, x.size, size=max(1, x.size // 3))] = np.nan
+        if trial % 4 == 1:
+            x = x.T  # not C order
+        if np.isnan(x).all():
+            x.flat[0] = -1.5
+        got = min_max(x)
+        assert got == (np.nanmin(x), np.nanmax(x)), f"trial {trial}: {got}"
 
 
 def _policy(spec: MLPSpec, seed: int):
