@@ -90,8 +90,16 @@ def _torch_forward(module) -> Callable[[np.ndarray], np.ndarray]:
 
 
 class FusedEpsilonGreedy(EpsilonGreedy):
-    """`EpsilonGreedy` in one compiled call: the same `rng.random(M)` draw, then argmax,
-    explore-or-not, action and log-prob per env (actorq.actor.act_kernels)."""
+    """`EpsilonGreedy` in one compiled call: the same uniform draws, then argmax,
+    explore-or-not, action and log-prob per env (actorq.actor.act_kernels).
+
+    The uniforms come from one `rng.random` of DRAW_STEPS x M, handed out M per call: the
+    same numbers in the same order as one `rng.random(M)` per call (PCG64 draws one
+    64-bit word per double either way), while the generator's state runs up to a block
+    ahead. In the actor's loop each numpy call costs several times its isolated time, and
+    the per-step draw was about half of the explore phase (BENCHMARKS.md 23l)."""
+
+    DRAW_STEPS = 64
 
     def __init__(self, epsilon: np.ndarray, num_actions: int) -> None:
         super().__init__(epsilon, num_actions)
@@ -104,13 +112,20 @@ class FusedEpsilonGreedy(EpsilonGreedy):
         ).astype(np.float64)  # float32 log-probs are exact in float64
         self._actions = np.empty((2, m), np.int64)
         self._logp = np.empty(m, np.float32)
+        self._draws = np.empty((0, m))  # a block of uniforms, one row per call
+        self._next, self._rng = 0, None
 
     def __call__(
         self, q_values: np.ndarray, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(taken, greedy, log mu(taken)) in buffers reused by the next call: callers copy
         them before then (StepColumns.add and the recorder do)."""
-        u = rng.random(len(self.epsilon))
+        if self._next == len(self._draws) or rng is not self._rng:
+            # A new generator starts a new block: the old one's draws are its own.
+            self._draws = rng.random((self.DRAW_STEPS, len(self.epsilon)))
+            self._next, self._rng = 0, rng
+        u = self._draws[self._next]
+        self._next += 1
         self._kernel(q_values, u, self._tables, self._actions, self._logp)
         return self._actions[0], self._actions[1], self._logp
 
