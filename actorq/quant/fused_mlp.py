@@ -44,6 +44,19 @@ from actorq.quant.int8 import DequantizedLinear, Int8Linear
 # fbgemm's int8 GEMM, and scipy's OpenBLAS threads fighting on a busy machine). So only
 # int8 layers of at most this many weights are fused; larger nets keep the torch module.
 FUSE_MAX_LAYER_WEIGHTS = 64 * 128
+
+
+def _host_has_avx512() -> bool:
+    """Whether numba compiles for a CPU with AVX-512 (the host's, as LLVM sees it)."""
+    import llvmlite.binding as llvm
+
+    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+
+
+# How the int8 quantizer finds (min, max), measured at 128 x 64 (BENCHMARKS.md 23l): per
+# column, 1.6 us on the 16-core Xeon with AVX-512 against 4.3 us for four running pairs;
+# on the AVX2-only AMD EPYC (Zen 3) per column took 9.4-15 us against 3.0-3.5.
+MIN_MAX_BY_COLUMN = _host_has_avx512()
 _SMALL_SCALE = np.float32(6.1e-5)  # SMALL_SCALE_THRESHOLD of QuantUtils.h
 _EXACT_LIMIT = 1 << 24  # float32 holds every integer below this exactly
 
@@ -58,7 +71,7 @@ class FusedMLP:
         dim, width = weight_t.shape
         shift, scale = norm or (np.zeros(dim, np.float32), np.ones(dim, np.float32))
         codes_t, weight_scales, biases, shapes, relus = _flatten(int8_layers)
-        flags = (norm is not None, relu, int8_layers[0].reduce_range)
+        flags = (norm is not None, relu, int8_layers[0].reduce_range, MIN_MAX_BY_COLUMN)
         header = [*flags, dim, width, len(int8_layers)]
         per_layer = np.column_stack([shapes, relus]).ravel()
         self.layout = np.array([*header, *per_layer], np.int64)
@@ -142,11 +155,13 @@ def _f32(a: np.ndarray) -> np.ndarray:
 @numba.njit(cache=True, nogil=True)
 def mlp_forward(obs, params, layout):
     """The whole forward from `FusedMLP`'s flat arrays: layout = (has_norm, first_relu,
-    reduce_range, obs_dim, width, layers, then (in, out, relu) per int8 layer); params =
+    reduce_range, min/max by column, obs_dim, width, layers, then (in, out, relu) per int8
+    layer); params =
     shift, scale, first weight [obs_dim, width], its bias, then every int8 layer's codes
     [in, out], then every layer's weight scales, then every layer's biases."""
     has_norm, relu, reduce_range = layout[0] != 0, layout[1] != 0, layout[2] != 0
-    dim, width, layers = layout[3], layout[4], layout[5]
+    by_column = layout[3] != 0
+    dim, width, layers = layout[4], layout[5], layout[6]
     shift, scale = params[:dim], params[dim : 2 * dim]
     at = 2 * dim
     w_t = params[at : at + dim * width].reshape((dim, width))
@@ -154,21 +169,21 @@ def mlp_forward(obs, params, layout):
     at += dim * width + width
     x = (obs - shift) * scale if has_norm else obs
     x = np.dot(x, w_t)
-    lo, hi = _bias_relu(x, b, relu)
+    lo, hi = _bias_relu(x, b, relu, by_column)
     codes_at = at
     vec_at = codes_at
     for layer in range(layers):
-        vec_at += layout[6 + 3 * layer] * layout[7 + 3 * layer]
+        vec_at += layout[7 + 3 * layer] * layout[8 + 3 * layer]
     scales_at, outputs = vec_at, 0
     for layer in range(layers):
-        outputs += layout[7 + 3 * layer]
+        outputs += layout[8 + 3 * layer]
     bias_at = scales_at + outputs
     for layer in range(layers):
-        k, n, layer_relu = layout[6 + 3 * layer], layout[7 + 3 * layer], layout[8 + 3 * layer]
+        k, n, layer_relu = layout[7 + 3 * layer], layout[8 + 3 * layer], layout[9 + 3 * layer]
         w = params[codes_at : codes_at + k * n].reshape((k, n))
         x, lo, hi = _int8_layer(x, lo, hi, w, params[scales_at : scales_at + n],
                                 params[bias_at : bias_at + n], layer_relu != 0,
-                                reduce_range)  # fmt: skip
+                                reduce_range, by_column)  # fmt: skip
         codes_at += k * n
         scales_at += n
         bias_at += n
@@ -176,27 +191,26 @@ def mlp_forward(obs, params, layout):
 
 
 @numba.njit(cache=True, nogil=True)
-def _bias_relu(y, b, relu):
+def _bias_relu(y, b, relu, by_column):
     """y + b [then ReLU], in place; (min, max) of the result for the next layer's
-    quantizer. Two passes: the elementwise one vectorises, and tracking min/max inside it
-    (per-column arrays) made it ~4x slower (11.6 against 4.4 us at 128 x 64, AMD EPYC)."""
+    quantizer, in a pass of its own (`_min_max`)."""
     m, n = y.shape
     for i in range(m):
         for j in range(n):
             v = y[i, j] + b[j]
             y[i, j] = max(v, np.float32(0.0)) if relu else v
-    return min_max(y)
+    return _min_max(y, by_column)
 
 
 @numba.njit(cache=True, nogil=True)
 def int8_linear(x, codes_t, w_scales, bias, relu, reduce_range):
     """fbgemm's dynamic int8 Linear: x float32 [m, k], codes_t float32 int8 codes [k, n]."""
     lo, hi = min_max(x)
-    return _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range)[0]
+    return _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range, False)[0]
 
 
 @numba.njit(cache=True, nogil=True)
-def _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range):
+def _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range, by_column):
     """`int8_linear` given x's (min, max); returns (y, min(y), max(y))."""
     n = codes_t.shape[1]
     a_scale, zero_point = activation_qparams(lo, hi, reduce_range)
@@ -215,16 +229,22 @@ def _int8_layer(x, lo, hi, codes_t, w_scales, bias, relu, reduce_range):
         for j in range(n):
             v = np.float32(np.float64(acc[i, j]) * out_scale[j] + bias[j])  # one rounding
             acc[i, j] = max(v, np.float32(0.0)) if relu else v
-    lo, hi = min_max(acc)  # a pass of its own: see _bias_relu
+    lo, hi = _min_max(acc, by_column)
     return acc, lo, hi
 
 
 @numba.njit(cache=True, nogil=True)
+def _min_max(x, by_column):
+    """(min, max) of x for the quantizer: `min_max_by_column` or `min_max`, whichever is
+    faster on this CPU (MIN_MAX_BY_COLUMN; both exact, so they agree)."""
+    return min_max_by_column(x) if by_column else min_max(x)
+
+
+@numba.njit(cache=True, nogil=True)
 def min_max(x):
-    """(min, max) of x [m, k] != empty (C order), NaN ignored (a NaN compares false).
-    Four independent running pairs over the flat array: one pair is a chain of dependent
-    compares, and per-column arrays (which vectorise) were 3x slower still at 128 x 64,
-    their loads and stores in every row. Order does not matter: min and max are exact."""
+    """(min, max) of x [m, k] != empty, NaN ignored (a NaN compares false), with four
+    independent running pairs over the flat array (one pair would be a chain of dependent
+    compares). Order does not matter: min and max are exact."""
     flat = x.ravel()
     size = flat.size
     lo0 = lo1 = lo2 = lo3 = np.float32(np.inf)
@@ -240,6 +260,24 @@ def min_max(x):
         v = flat[p]
         lo0, hi0 = (v if v < lo0 else lo0), (v if v > hi0 else hi0)
     return min(min(lo0, lo1), min(lo2, lo3)), max(max(hi0, hi1), max(hi2, hi3))
+
+
+@numba.njit(cache=True, nogil=True)
+def min_max_by_column(x):
+    """`min_max` with per-column running extremes: the row loop is elementwise over
+    columns, so it vectorises (16 lanes with AVX-512)."""
+    m, k = x.shape
+    lo, hi = np.full(k, np.inf, np.float32), np.full(k, -np.inf, np.float32)
+    for i in range(m):
+        for j in range(k):
+            v = x[i, j]
+            lo[j] = v if v < lo[j] else lo[j]
+            hi[j] = v if v > hi[j] else hi[j]
+    a, b = lo[0], hi[0]
+    for j in range(1, k):
+        a = lo[j] if lo[j] < a else a
+        b = hi[j] if hi[j] > b else b
+    return a, b
 
 
 @numba.njit(cache=True, nogil=True)
@@ -298,6 +336,6 @@ def quantize(x, scale, zero_point):
 
 def warm_up() -> None:
     """Load (or compile) the kernels: one signature serves every net (flat arrays)."""
-    layout = np.array([1, 1, 1, 2, 3, 1, 3, 2, 0], np.int64)
+    layout = np.array([1, 1, 1, MIN_MAX_BY_COLUMN, 2, 3, 1, 3, 2, 0], np.int64)
     params = np.ones(2 * 2 + 2 * 3 + 3 + 3 * 2 + 2 + 2, np.float32)
     mlp_forward(np.zeros((1, 2), np.float32), params, layout)

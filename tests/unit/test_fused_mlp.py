@@ -21,7 +21,13 @@ from actorq.actor.fast_act import (
     PolicyForward,
     fast_acting,
 )
-from actorq.quant.fused_mlp import fuse_mlp, int8_linear, min_max
+from actorq.quant.fused_mlp import (
+    fuse_mlp,
+    int8_linear,
+    min_max,
+    min_max_by_column,
+    mlp_forward,
+)
 
 
 def _torch(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
@@ -61,9 +67,11 @@ def test_int8_layer_equals_fbgemm_bit_for_bit(kind: str) -> None:
         np.testing.assert_array_equal(got, _torch(layer, x), err_msg=f"trial {trial}")
 
 
-def test_min_max_is_numpys_ignoring_nan() -> None:
-    """The quantizer's (min, max) pass (four running pairs over the flat array) equals
-    numpy's nanmin/nanmax for any size (remainders of 4 too), layout, sign and NaN."""
+@pytest.mark.parametrize("kernel", [min_max, min_max_by_column], ids=["pairs", "by-column"])
+def test_min_max_is_numpys_ignoring_nan(kernel) -> None:
+    """Both of the quantizer's (min, max) passes (four running pairs over the flat array;
+    per-column extremes) equal numpy's nanmin/nanmax for any size (remainders of 4 too),
+    layout, sign and NaN."""
     rng = np.random.default_rng(3)
     for trial in range(60):
         rows, cols = (int(v) for v in rng.integers(1, 12, size=2))
@@ -74,7 +82,7 @@ def test_min_max_is_numpys_ignoring_nan() -> None:
             x = x.T  # not C order
         if np.isnan(x).all():
             x.flat[0] = -1.5
-        got = min_max(x)
+        got = kernel(x)
         assert got == (np.nanmin(x), np.nanmax(x)), f"trial {trial}: {got}"
 
 
@@ -118,6 +126,17 @@ def test_forward_equals_the_policy_module(spec: MLPSpec) -> None:
         top2 = np.sort(want, axis=1)[:, -2:] if spec.num_outputs > 1 else None
         clear = np.ones(rows, bool) if top2 is None else (top2[:, 1] - top2[:, 0]) > 2 * tol
         np.testing.assert_array_equal(got.argmax(1)[clear], want.argmax(1)[clear])
+
+
+def test_forward_is_the_same_whichever_min_max_the_cpu_gets() -> None:
+    """The layout's min/max flag (MIN_MAX_BY_COLUMN, chosen by the host CPU) changes
+    speed, never outputs: both passes are exact."""
+    fused = fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=2))
+    assert fused is not None
+    other = np.array(fused.layout)
+    other[3] = 1 - other[3]
+    obs = (np.random.default_rng(2).normal(size=(128, 4)) * 3).astype(np.float32)
+    np.testing.assert_array_equal(mlp_forward(obs, fused.params, other), fused(obs))
 
 
 def test_only_small_nets_are_fused_by_default() -> None:
