@@ -3,6 +3,10 @@ what they replace: the torch/fbgemm module, `EpsilonGreedy` and `StepRecorder`."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +26,7 @@ from actorq.actor.fast_act import (
     fast_acting,
 )
 from actorq.quant.fused_mlp import (
+    MIN_MAX_BY_COLUMN,
     fuse_mlp,
     int8_linear,
     min_max,
@@ -197,6 +202,21 @@ def test_fused_epsilon_greedy_draws_like_the_numpy_one() -> None:
             assert g.dtype == np.asarray(w).dtype, name
 
 
+def test_fused_epsilon_greedy_draws_from_the_generator_it_is_given() -> None:
+    """Uniforms come in blocks of DRAW_STEPS steps; a call with another generator starts
+    a block from that one, so its actions are that generator's, from its first draw."""
+    eps = np.full(5, 0.5)
+    fused, plain = FusedEpsilonGreedy(eps, 4), EpsilonGreedy(eps, 4)
+    q = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    first = np.random.default_rng(21)
+    for _ in range(3):
+        fused(q, first)
+    second, again = np.random.default_rng(22), np.random.default_rng(22)
+    for step in range(FusedEpsilonGreedy.DRAW_STEPS + 2):  # across a refill too
+        got, want = fused(q, second)[0].copy(), plain(q, again)[0]
+        np.testing.assert_array_equal(got, want, err_msg=f"step {step}")
+
+
 def test_switched_on_the_actor_fast_path_runs_the_kernels() -> None:
     explore, forward = fast_acting(np.full(4, 0.1), 2, enabled=True)
     assert type(explore) is FusedEpsilonGreedy and forward.fused
@@ -246,3 +266,20 @@ def test_fused_recorder_records_what_the_numpy_one_records(reward_dtype: type) -
     assert len(pending) > 10
     assert pending == [(e.episode_return, e.length, e.policy_version, e.env_steps)
                        for e in fused.episodes.pending]  # fmt: skip
+
+
+def test_the_min_max_bench_times_both_forms_and_says_which_this_cpu_gets() -> None:
+    """`bench/bench_fused_forward.py --min-max` (BENCHMARKS.md 23l) runs and prints a row
+    of four positive timings per batch, and the host's choice."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_fused_forward.py"
+    args = ["--min-max", "--widths", "64", "--batches", "3,8"]
+    out = subprocess.run(
+        [sys.executable, str(bench), *args], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"MIN_MAX_BY_COLUMN on this CPU: {MIN_MAX_BY_COLUMN}" in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 64 |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["3", "8"]
+    for row in rows:
+        timings = [float(cell) for cell in row.split("|")[3:7]]
+        assert all(t > 0 for t in timings), row
