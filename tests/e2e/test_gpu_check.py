@@ -72,7 +72,7 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
         rows = stages[name]["data"]["rows"]
         assert rows and all(r["env_steps_per_s"] > 0 and r["updates_per_s"] > 0 for r in rows)
         assert all(r["learner_device"] == "cpu" for r in rows)
-    assert "| 1 | 16 | auto | cpu (numpy-flat) |" in text
+    assert "| 1 | 0.125 | auto | cpu (numpy-flat) |" in text
     # issue 30's figures: the actor/raw ratio, and no transition lost through the services
     (cell,) = stages["throughput"]["data"]["ratio"]["cells"]
     assert cell["m"] == 8 and cell["raw"] > 0 and 0 < cell["ratio"] == cell["actor"] / cell["raw"]

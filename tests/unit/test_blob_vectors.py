@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -131,3 +132,31 @@ def test_vectors_are_a_fresh_generation():
         [sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=240
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_check_allows_cpu_rounding_in_reference_outputs_only(tmp_path):
+    """`--check` takes `__out__` (the fp32 reference forward, whose last bits depend on
+    the CPU's sgemm) to the reader test's tolerance, and every other array bit for bit."""
+    spec = importlib.util.spec_from_file_location(
+        "gen_vectors", ROOT / "scripts" / "gen_blob_vectors.py"
+    )
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    arrays = {
+        "w": np.arange(6, dtype=np.float32),
+        "__out__": np.linspace(-2, 3, 8, dtype=np.float32),
+    }
+
+    def npz(**changed) -> bytes:
+        buf = io.BytesIO()
+        np.savez(buf, **{**arrays, **changed})
+        return buf.getvalue()
+
+    committed = tmp_path / "v.npz"
+    committed.write_bytes(npz())
+    ulp = np.nextafter(arrays["__out__"], np.float32(np.inf))
+    assert gen._up_to_date(committed, npz(__out__=ulp))
+    assert not gen._up_to_date(committed, npz(__out__=arrays["__out__"] + np.float32(1e-3)))
+    assert not gen._up_to_date(committed, npz(w=np.nextafter(arrays["w"], np.float32(9))))
+    assert not gen._up_to_date(committed, npz(extra=np.zeros(1)))
+    assert not gen._up_to_date(tmp_path / "missing.npz", npz())
