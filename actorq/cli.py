@@ -85,12 +85,14 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "--settle-at",
         type=_settle_at,
         default=SETTLE_AT_DEFAULT,
-        help="when one evaluator round (25 episodes, ACTORQ_SETTLE_EPISODES) first averages "
-        "this return, the learner goes back to the weights of the version that scored it, "
-        "drops to a replay ratio of 4 and stops changing its weights (learning rate x "
-        "ACTORQ_SETTLE_LR_SCALE, default 0) for the rest of the run, so a solved policy stays "
-        "solved ('auto' = the env's reward threshold for dqn, e.g. 475 on CartPole-v1, else "
-        "never; 'none' = never; BENCHMARKS.md 12r, 12t); not given: auto, but none with "
+        help="when one evaluator round (25 episodes, ACTORQ_SETTLE_EPISODES) averages this "
+        "return, the learner certifies the version that scored it (100 fresh greedy episodes "
+        "of its weights at the actors' precision, ACTORQ_SETTLE_CERTIFY_EPISODES, must "
+        "average it too); a certified version is loaded, the replay ratio drops to 4 and the "
+        "weights stop changing (learning rate x ACTORQ_SETTLE_LR_SCALE, default 0) for the "
+        "rest of the run; a candidate that fails is dropped and learning goes on ('auto' = "
+        "the env's reward threshold for dqn, e.g. 475 on CartPole-v1, else never; 'none' = "
+        "never); not given: auto, but none with "
         "--target-return none (a throughput run)",
     )
     p.add_argument(

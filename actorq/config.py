@@ -269,6 +269,9 @@ class LearnerSettings(CommonSettings):
     # to settle_samples_per_insert for the rest of the run. None = never.
     settle_at: float | None = None
     settle_episodes: int = 25  # one evaluator round at its default 25 envs (12t)
+    # Greedy episodes the learner plays with a candidate version's weights before it
+    # settles on them (actorq.learner.settle): the claim "solved" is a 100-episode mean.
+    settle_certify_episodes: int = 100
     settle_samples_per_insert: float = 4.0
     # The learning rate is multiplied by this when settling. 0 (the default) freezes the
     # weights: any rate > 0 let Adam's normalised steps walk a solved policy off (12r).
@@ -298,6 +301,10 @@ class LearnerSettings(CommonSettings):
         _check(
             self.settle_episodes >= 1,
             f"settle_episodes: expected >= 1, got {self.settle_episodes}",
+        )
+        _check(
+            self.settle_certify_episodes >= 1,
+            f"settle_certify_episodes: expected >= 1, got {self.settle_certify_episodes}",
         )
         _check(
             self.settle_samples_per_insert > 0,

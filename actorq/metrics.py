@@ -225,6 +225,11 @@ LEARNER_PUBLISH_SECONDS = Histogram(
     buckets=(1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 5.0),
 )
 LEARNER_CHECKPOINTS = Counter("actorq_learner_checkpoints_total", "Checkpoints written.")
+LEARNER_SETTLE_REJECTED = Counter(
+    "actorq_learner_settle_rejected_total",
+    "Candidate versions settling did not freeze: their certification mean fell short of "
+    "the target, or their weights were no longer held (actorq.learner.settle).",
+)
 LEARNER_GATED_VERSIONS = Counter(
     "actorq_learner_gated_versions_total",
     "Versions not broadcast because they failed the learner's validation once settled "

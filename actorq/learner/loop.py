@@ -46,6 +46,7 @@ from actorq.replay import (
     SampleToInsertRatio,
 )
 from actorq.sparse.config import SparseTrainingConfig
+from actorq.v1.policy_pb2 import PRECISION_FP32 as FP32
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ class Learner(SettleSteps):
         if self.settle is not None and publisher is not None and settings.settle_rollback:
             publisher.keep_weights_bytes = ROLLBACK_KEEP_BYTES
         self.settled_at: int | None = None  # the update at which the run settled
+        self.certifier = self._certifier(publisher.precision if publisher is not None else FP32)
         self._submit_captured = LaggedSubmit()  # a captured path: priorities one update late
         self.gate = self._publish_gate()
         self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
@@ -174,8 +176,7 @@ class Learner(SettleSteps):
                 self.counters.updates = int(state["updates"])
                 self.counters.sampled = int(state["sampled"])
                 self.counters.credited = int(state.get("credited", 0))
-                if state.get("settled_at") is not None:
-                    self._enter_settled("resumed settled", resumed_at=int(state["settled_at"]))
+                self.restore_settle_state(state)
                 assert self.publisher is not None  # the checkpointer lives on rank 0 only
                 self.publisher.version = max(self.publisher.version, int(state["version"]))
                 log.info(
@@ -333,11 +334,9 @@ class Learner(SettleSteps):
         if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group
             return
         updates = self.counters.updates
-        if self.settle is not None and self.settle.poll():
-            self._enter_settled(
-                f"evaluator's {self.settle.episodes}-episode mean "
-                f"{self.settle.mean():.1f} >= {self.settle.threshold:g}"
-            )
+        candidate = self.settle.poll() if self.settle is not None else None
+        if candidate is not None:
+            self._try_settle(candidate)
         if updates % self.s.publish_every == 0:
             self._publish()
         if updates % 10 == 0:
@@ -380,7 +379,7 @@ class Learner(SettleSteps):
             "updates": self.counters.updates,
             "sampled": self.counters.sampled,
             "credited": self.counters.credited,
-            "settled_at": self.settled_at,
+            **self.settle_state(),
             "version": self.publisher.version,
             **({"rlx2": self.rlx2.state_dict()} if self.rlx2 is not None else {}),
         }
@@ -411,8 +410,9 @@ class Learner(SettleSteps):
         if self.champion is not None:  # a gated run ends on the last policy that passed
             final = Snapshot(learner_step=final.learner_step, weights=self.champion)
         self.publisher.publish_now(final, timeout=10.0)
-        if self.gate is not None:
-            self.gate.close()
+        for gate in (self.gate, self.certifier):
+            if gate is not None:
+                gate.close()
         self._report_progress()
         self.checkpoint()
 

@@ -54,7 +54,7 @@ class WeightsPublisher:
     ) -> None:
         self._stub = ps_grpc.ParameterServerStub(make_channel(address, tls))
         self._spec = spec
-        self._precision = precision
+        self.precision = precision  # what the quantizer encodes; settling certifies at it
         self._latest_stored = latest_stored
         self.version = start_version
         self.failures = 0
@@ -100,7 +100,7 @@ class WeightsPublisher:
         header = ps_pb2.PublishHeader(
             version=version,
             learner_step=snapshot.learner_step,
-            precision=self._precision,  # type: ignore[arg-type]
+            precision=self.precision,  # type: ignore[arg-type]
             spec=spec_to_proto(self._spec),
             num_tensors=len(snapshot.weights),
         )
@@ -122,6 +122,10 @@ class WeightsPublisher:
         """The fp32 weights published as `version`, if still kept (see keep_weights_bytes)."""
         with self._recent_lock:
             return self._recent.get(version)
+
+    def hold(self, version: int, weights: dict[str, np.ndarray]) -> None:
+        """Keep `version`'s weights as if just published (a checkpoint's candidates)."""
+        self._remember(version, weights)
 
     def _remember(self, version: int, weights: dict[str, np.ndarray]) -> None:
         size = sum(w.nbytes for w in weights.values())

@@ -1,12 +1,14 @@
-"""Settling, the learner's side (actorq.learner.settle): entering the settled phase
-once the evaluator reports the target, rolling back to the solved version, and the
-publish gate. A mixin of `actorq.learner.loop.Learner`, which owns the state it uses."""
+"""Settling, the learner's side (actorq.learner.settle): certifying the candidate the
+evaluator names, entering the settled phase on the certified version's weights, keeping
+the candidates' weights across a restart, and the publish gate. A mixin of
+`actorq.learner.loop.Learner`, which owns the state it uses."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from actorq import metrics
@@ -56,6 +58,8 @@ class SettleSteps:
     counters: Any  # actorq.learner.counters.LearnerCounters
     settle: SolvedWatch | None
     settled_at: int | None
+    certifier: PublishGate | None
+    spec: Any
     _credit: int
 
     def _publish_gate(self) -> PublishGate | None:
@@ -65,14 +69,60 @@ class SettleSteps:
         bar = s.settle_at if s.settle_validation_bar is None else s.settle_validation_bar
         return PublishGate(s.env_id, s.settle_validation_episodes, bar, s.seed + 77_777)
 
+    def _certifier(self, precision: int) -> PublishGate | None:
+        """Plays each candidate's weights for settle_certify_episodes greedy episodes on
+        the learner's own envs, at the actors' precision, against settle_at."""
+        s = self.s
+        if s.settle_at is None:
+            return None
+        episodes = s.settle_certify_episodes
+        return PublishGate(s.env_id, episodes, s.settle_at, s.seed + 55_555, precision=precision)
+
     def _solved_watch(self) -> SolvedWatch | None:
         s = self.s  # LearnerSettings checks both ratios and refuses parallel learners
         if s.settle_at is None:
             return None
         return SolvedWatch(self.client, self.keys, s.settle_at, s.settle_episodes)
 
+    def _try_settle(self, candidate: int) -> None:
+        """Certify `candidate` and settle on its weights, or reject it and learn on."""
+        assert self.settle is not None and self.certifier is not None
+        weights = self._candidate_weights(candidate)
+        if weights is None:
+            self._reject(candidate, "its weights are not held (published before a restart?)")
+            return
+        if not self.certifier.passes(weights, self.spec):
+            mean = self.certifier.last_mean
+            self._reject(candidate, f"{self.certifier.episodes}-episode mean {mean:.1f}")
+            return
+        if self.s.settle_rollback:
+            self.dqn.load_policy_weights(weights)
+        self._enter_settled(
+            f"version {candidate} certified: {self.certifier.episodes}-episode mean "
+            f"{self.certifier.last_mean:.1f} >= {self.settle.threshold:g}"
+        )
+
+    def _candidate_weights(self, candidate: int) -> dict[str, np.ndarray] | None:
+        """The weights settling would freeze: the candidate's own (rollback), else the
+        ones in hand, which are what the evaluator measured only without rollback."""
+        if not self.s.settle_rollback:
+            return self.dqn.policy_weights()
+        if getattr(self.dqn, "load_policy_weights", None) is None or self.publisher is None:
+            return None
+        return self.publisher.weights_of(candidate)
+
+    def _reject(self, candidate: int, why: str) -> None:
+        assert self.settle is not None
+        self.settle.reject(candidate)
+        metrics.LEARNER_SETTLE_REJECTED.inc()
+        log.info(
+            "not settling on version %d (%s; certification needs a mean >= %g): "
+            "learning goes on", candidate, why, self.settle.threshold,
+        )  # fmt: skip
+
     def _enter_settled(self, why: str, resumed_at: int | None = None) -> None:
-        """From now on train at the settled replay ratio (actorq.learner.settle)."""
+        """From now on train at the settled replay ratio (actorq.learner.settle), on the
+        weights in hand: `_try_settle` has loaded the certified version's."""
         if self.settled_at is not None or self.settle is None:
             return
         base = self.s.samples_per_insert
@@ -84,8 +134,6 @@ class SettleSteps:
         self._credit = round(self.cfg.batch_size * (credit_per_update(base, low) - 1.0))
         metrics.LEARNER_REPLAY_RATIO.set(low)
         # A resumed learner's weights and optimizer state are already the settled ones.
-        if resumed_at is None and self.s.settle_rollback:
-            self._roll_back_to_solved_version()
         if self.s.settle_lr_scale != 1.0 and resumed_at is None:
             scale_learning_rates(self.dqn, self.s.settle_lr_scale)
         if isinstance(self.sampler, TerminalShareSampler):
@@ -101,17 +149,33 @@ class SettleSteps:
             getattr(self.sampler, "share", 0.0),
         )
 
-    def _roll_back_to_solved_version(self) -> None:
-        """Load the weights of the version the evaluator found solved (SolvedWatch)."""
-        assert self.settle is not None and self.publisher is not None
-        version = self.settle.solved_version()
-        weights = None if version is None else self.publisher.weights_of(version)
-        load = getattr(self.dqn, "load_policy_weights", None)
-        if weights is None or load is None:
-            log.warning(
-                "settling on the current weights: version %s is not held (or %s cannot "
-                "load policy weights)", version, self.s.algo,
-            )  # fmt: skip
+    # --- across a restart -------------------------------------------------------------
+    def settle_state(self) -> dict[str, Any]:
+        """Checkpoint fields: the settled update, the rejected versions, and the weights
+        of the candidates still in the evaluator's window, so a restarted learner can
+        certify them instead of finding them gone."""
+        watch = self.settle
+        if watch is None or self.settled_at is not None or self.publisher is None:
+            return {"settled_at": self.settled_at}
+        held = {}
+        for version in watch.held_versions():
+            weights = self.publisher.weights_of(version)
+            if weights is not None:
+                held[str(version)] = {k: torch.from_numpy(v) for k, v in weights.items()}
+        return {
+            "settled_at": None,
+            "settle_rejected_through": watch.rejected_through,
+            "settle_held": held,
+        }
+
+    def restore_settle_state(self, state: dict[str, Any]) -> None:
+        """The other side of `settle_state`."""
+        if state.get("settled_at") is not None:
+            self._enter_settled("resumed settled", resumed_at=int(state["settled_at"]))
             return
-        load(weights)
-        log.info("settling on version %d, the one the evaluator measured", version)
+        if self.settle is None or self.publisher is None:
+            return
+        self.settle.reject(int(state.get("settle_rejected_through", 0)))
+        for version, tensors in state.get("settle_held", {}).items():
+            weights = {k: t.numpy() for k, t in tensors.items()}
+            self.publisher.hold(int(version), weights)

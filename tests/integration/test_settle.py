@@ -26,6 +26,9 @@ from actorq.testing.waiting import wait_for
 from tests.integration.test_learner_actor import _actor, _learner
 
 BATCH = 32
+# Every greedy CartPole episode lasts 8+ steps, so any policy certifies at a mean of 5: the
+# tests below choose whether certification can pass by the threshold.
+CERTIFIABLE = 5.0
 
 
 def _episode(
@@ -35,22 +38,29 @@ def _episode(
     client.xadd(keys.episodes_stream, fields)
 
 
-def test_watch_latches_once_on_the_evaluators_mean_and_ignores_the_rest(
+def test_watch_names_a_candidate_once_the_mean_reaches_and_skips_rejected_versions(
     redis_client: redis.Redis, redis_keys: RedisKeys
 ) -> None:
     watch = SolvedWatch(redis_client, redis_keys, threshold=100.0, episodes=4, poll_seconds=0)
-    assert not watch.poll() and watch.mean() is None  # empty stream
+    assert watch.poll() is None and watch.mean() is None  # empty stream
     for r in (500.0, 500.0, 500.0, 500.0):
         _episode(redis_client, redis_keys, "train", r)  # actors' returns never count
     redis_client.xadd(redis_keys.episodes_stream, {"kind": "eval"})  # malformed: skipped
     for r in (10.0, 20.0, 30.0, 40.0, 150.0):
         _episode(redis_client, redis_keys, "eval", r)
-    assert not watch.poll()
+    assert watch.poll() is None
     assert watch.mean() == pytest.approx((20 + 30 + 40 + 150) / 4)  # the last 4 only
     _episode(redis_client, redis_keys, "eval", 200.0)  # 30, 40, 150, 200: mean 105
-    assert watch.poll() and watch.solved
-    _episode(redis_client, redis_keys, "eval", 0.0)
-    assert not watch.poll() and watch.solved  # latched: reported once, then never again
+    assert watch.poll() == 1  # a candidate, not yet a settled run
+    watch.reject(1)
+    for r in (300.0, 300.0):
+        _episode(redis_client, redis_keys, "eval", r)  # version 1 again: already rejected
+    assert watch.poll() is None and watch.held_versions() == []
+    _episode(redis_client, redis_keys, "eval", 300.0, version=2)
+    assert watch.poll() == 2 and watch.held_versions() == [2]
+    watch.solved = True  # settled: the watch stops reading
+    _episode(redis_client, redis_keys, "eval", 300.0, version=3)
+    assert watch.poll() is None
 
 
 def test_watch_and_credit_refuse_bad_values(
@@ -73,6 +83,7 @@ def test_watch_and_credit_refuse_bad_values(
         ({"ACTORQ_SETTLE_AT": "soon"}, "ACTORQ_SETTLE_AT"),
         ({"ACTORQ_SETTLE_AT": "nan"}, "settle_at"),
         ({"ACTORQ_SETTLE_EPISODES": "0"}, "settle_episodes"),
+        ({"ACTORQ_SETTLE_CERTIFY_EPISODES": "0"}, "settle_certify_episodes"),
         ({"ACTORQ_SETTLE_SAMPLES_PER_INSERT": "0"}, "settle_samples_per_insert"),
         ({"ACTORQ_SETTLE_LR_SCALE": "2"}, "settle_lr_scale"),
         ({"ACTORQ_SETTLE_LR_SCALE": "-0.1"}, "settle_lr_scale"),
@@ -96,6 +107,8 @@ def _settling_learner(
     address: str,
     ckpt: Path,
     max_updates: int,
+    settle_at: float = CERTIFIABLE,
+    lr_scale: float = 0.5,
 ) -> Learner:
     return _learner(
         redis_url,
@@ -106,10 +119,11 @@ def _settling_learner(
         threading.Event(),
         max_updates,
         dqn=DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3),
-        settle_at=50.0,
+        settle_at=settle_at,
         settle_episodes=4,
+        settle_certify_episodes=20,
         settle_samples_per_insert=1.0,
-        settle_lr_scale=0.5,
+        settle_lr_scale=lr_scale,
         settle_terminal_share=0.25,
     )
 
@@ -147,16 +161,16 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     learner = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 200)
     assert learner.settle is not None
     learner.settle.poll_seconds = 0.0  # read the stream after every update
-    for r in (10.0, 20.0, 30.0, 40.0):
-        _episode(redis_client, redis_keys, "eval", r)  # mean 25: not solved
+    for r in (1.0, 2.0, 3.0, 4.0):
+        _episode(redis_client, redis_keys, "eval", r)  # mean 2.5: not solved
     with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 8000):
         wait_for(lambda: learner.counters.updates >= 40, timeout=60)
         assert learner.settled_at is None  # training, but the evaluator has not solved
         assert isinstance(learner.sampler, TerminalShareSampler)
         assert learner.sampler.share == 0.0
         assert metrics.LEARNER_REPLAY_RATIO._value.get() == 4.0
-        for r in (100.0, 100.0, 100.0):
-            _episode(redis_client, redis_keys, "eval", r)  # 40, 100, 100, 100: mean 85 >= 50
+        for r in (10.0, 10.0, 10.0):  # 4, 10, 10, 10: mean 8.5 >= 5
+            _episode(redis_client, redis_keys, "eval", r, learner.version)
 
     assert learner.counters.updates == 200
     settled_at = learner.settled_at
@@ -195,8 +209,8 @@ def test_gate_holds_back_versions_that_fail_validation_once_settled(
     learner = _learner(
         redis_url, redis_keys, redis_client, quantizer, tmp_path, threading.Event(), 120,
         dqn=DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3),
-        settle_at=50.0, settle_episodes=4, settle_validation_episodes=2,
-        settle_validation_bar=bar,
+        settle_at=CERTIFIABLE, settle_episodes=4, settle_certify_episodes=10,
+        settle_validation_episodes=2, settle_validation_bar=bar,
     )  # fmt: skip
     assert learner.settle is not None and learner.gate is not None
     learner.settle.poll_seconds = 0.0
@@ -236,10 +250,10 @@ def test_solved_version_is_the_newest_in_the_window_that_reached_the_threshold(
     assert watch.solved_version() is None
     for version, r in ((3, 10.0), (4, 150.0), (4, 130.0), (5, 200.0), (5, 20.0), (6, 90.0)):
         _episode(redis_client, redis_keys, "eval", r, version)
-    watch.poll()
-    # 4 averages 140 and 5 averages 110 (both >= 100); 6 is newer but averages 90
+    # The mean of the six is 100; 4 averages 140 and 5 averages 110 (both >= 100); 6 is
+    # newer but averages 90
+    assert watch.poll() == 5
     assert watch.solved_version() == 5
-    assert watch.solved  # the mean of the six is 100
     for r in (10.0, 10.0, 10.0, 10.0, 10.0):
         _episode(redis_client, redis_keys, "eval", r, 7)
     later = SolvedWatch(redis_client, redis_keys, threshold=1e3, episodes=6, poll_seconds=0)
@@ -253,7 +267,8 @@ def test_settling_rolls_back_to_the_version_the_evaluator_measured(
     learner = _learner(
         redis_url, redis_keys, redis_client, quantizer, tmp_path, threading.Event(), 300,
         dqn=DQNConfig(batch_size=BATCH, learning_starts=200, lr=1e-3),
-        settle_at=50.0, settle_episodes=4, settle_samples_per_insert=1.0, settle_lr_scale=0.0,
+        settle_at=CERTIFIABLE, settle_episodes=4, settle_certify_episodes=10,
+        settle_samples_per_insert=1.0, settle_lr_scale=0.0,
     )  # fmt: skip
     assert learner.settle is not None and learner.publisher is not None
     assert learner.publisher.keep_weights_bytes > 0
@@ -272,3 +287,80 @@ def test_settling_rolls_back_to_the_version_the_evaluator_measured(
     now = learner.dqn.policy_weights()
     assert now.keys() == held.keys()
     assert all(np.array_equal(now[k], held[k]) for k in held)
+
+
+def test_a_candidate_that_fails_certification_is_rejected_and_learning_goes_on(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    learner = _settling_learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, 150, settle_at=400.0
+    )
+    assert learner.settle is not None and learner.certifier is not None
+    learner.settle.poll_seconds = 0.0
+    rejected_before = metrics.LEARNER_SETTLE_REJECTED._value.get()
+    with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 8000):
+        wait_for(lambda: learner.publisher.version >= 3, timeout=60)
+        lucky = learner.publisher.version - 1  # held, but an untrained net: ~10 per episode
+        for _ in range(4):
+            _episode(redis_client, redis_keys, "eval", 500.0, lucky)  # one lucky round
+
+    assert learner.settled_at is None and learner.counters.updates == 150
+    assert learner.certifier.checks == 1 and learner.certifier.last_mean < 400.0
+    assert learner.settle.rejected_through == lucky
+    assert metrics.LEARNER_SETTLE_REJECTED._value.get() == rejected_before + 1
+    assert learner.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # not frozen
+
+
+def test_a_restarted_learner_never_settles_on_weights_nobody_measured(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    """The evaluator's stream still holds rounds of versions the learner published before
+    it was killed; those weights are gone, so they must not settle the run (before the
+    fix the restarted learner froze its current weights on the old rounds' mean)."""
+    first = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 60)
+    with _training_with_an_actor(first, redis_url, redis_keys, redis_client, quantizer, 4000):
+        wait_for(lambda: first.publisher.version >= 3, timeout=60)
+    measured = first.publisher.version - 1
+    for _ in range(4):  # the evaluator's round of a pre-restart version, read after it
+        _episode(redis_client, redis_keys, "eval", 100.0, measured)
+
+    resumed = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 160)
+    assert resumed.settle is not None
+    resumed.settle.poll_seconds = 0.0
+    with _training_with_an_actor(resumed, redis_url, redis_keys, redis_client, quantizer, 6000):
+        pass
+    assert resumed.counters.updates == 160
+    assert resumed.settled_at is None  # not held: rejected, learning went on
+    assert resumed.settle.rejected_through == measured
+    assert resumed.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+
+
+def test_candidates_in_the_window_survive_a_restart_and_settle_on_their_own_weights(
+    redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+) -> None:
+    first = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 80)
+    assert first.settle is not None
+    first.settle.poll_seconds = 0.0
+    with _training_with_an_actor(first, redis_url, redis_keys, redis_client, quantizer, 4000):
+        wait_for(lambda: first.publisher.version >= 3, timeout=60)
+        candidate = first.publisher.version - 1
+        measured = first.publisher.weights_of(candidate)
+        for _ in range(4):
+            _episode(redis_client, redis_keys, "eval", 1.0, candidate)  # not yet solved
+        wait_for(lambda: first.settle.held_versions() == [candidate], timeout=30)
+    assert first.settled_at is None and measured is not None
+    for _ in range(4):  # the candidate's next round, read after the restart
+        _episode(redis_client, redis_keys, "eval", 20.0, candidate)
+
+    resumed = _settling_learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, 180, lr_scale=0.0
+    )
+    assert resumed.settle is not None
+    resumed.settle.poll_seconds = 0.0
+    with _training_with_an_actor(resumed, redis_url, redis_keys, redis_client, quantizer, 6000):
+        pass
+    assert resumed.settled_at is not None
+    assert resumed.certifier is not None and resumed.certifier.checks == 1
+    now = resumed.dqn.policy_weights()  # frozen on the candidate the first learner held
+    assert now.keys() == measured.keys()
+    assert all(np.array_equal(now[k], measured[k]) for k in measured)
