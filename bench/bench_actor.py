@@ -23,12 +23,12 @@ from actorq.config import ActorSettings, parse_int_tuple
 from actorq.envs import describe_env, make_vector_env
 from actorq.models import MLPSpec, QNetwork
 from actorq.quant import parse_precision, spec_to_proto
-from actorq.quantizer.assembler import weight_chunks
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis
 from actorq.rpc import GrpcServer, make_channel
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 

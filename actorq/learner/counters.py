@@ -19,3 +19,15 @@ class LearnerCounters:
     # Transitions counted by the rate limiter beyond those sampled: settled updates count
     # base/settled batches each (actorq.learner.settle), so actors may insert more per update.
     credited: int = 0
+
+    def wait_fraction(self) -> float:
+        """Share of wall time the learner waited for replay data (rate limiter or empty)."""
+        return self._share_of_wall(self.wait_seconds)
+
+    def sample_fraction(self) -> float:
+        """Share of wall time spent sampling rows and copying them out of the mirror."""
+        return self._share_of_wall(self.sample_seconds)
+
+    def _share_of_wall(self, seconds: float) -> float:
+        elapsed = time.perf_counter() - self.started
+        return seconds / elapsed if elapsed > 0 else 0.0

@@ -23,10 +23,10 @@ from actorq import metrics
 from actorq.config import LearnerSettings
 from actorq.models import MLPSpec
 from actorq.quant import parse_precision, spec_to_proto
-from actorq.quantizer.assembler import weight_chunks
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import make_channel
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.security.tls import TlsConfig
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc

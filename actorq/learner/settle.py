@@ -36,13 +36,29 @@ import logging
 import math
 import time
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import redis
+import torch
 
+from actorq import metrics
 from actorq.actor.episodes import parse_episodes
+from actorq.config import ConfigError
+from actorq.learner.publish_gate import PublishGate
 from actorq.redis_keys import RedisKeys
+from actorq.replay import TerminalShareSampler
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from actorq.config import LearnerSettings
+    from actorq.learner.publisher import WeightsPublisher
+    from actorq.replay import Sampler
+
+log = logging.getLogger("actorq.learner.loop")  # the learner's log, where users look
+
+# Recent published weights kept for certification: every version of a 64x64 policy
+# (18 KB each) for hundreds of versions, only the last few of a 1024-wide one.
+ROLLBACK_KEEP_BYTES = 32 * 2**20
 
 
 class SolvedWatch:
@@ -153,3 +169,171 @@ def credit_per_update(base_ratio: float, settled_ratio: float) -> float:
             f"settling lowers the replay ratio: settled {settled_ratio} > base {base_ratio}"
         )
     return base_ratio / settled_ratio
+
+
+def scale_learning_rates(algorithm: object, scale: float) -> None:
+    """Multiply the learning rate of every optimizer `algorithm` owns by `scale` (DQN has
+    one; the actor-critic algorithms have one per network, SAC one more for its alpha)."""
+    optimizers = [v for v in vars(algorithm).values() if isinstance(v, torch.optim.Optimizer)]
+    if not optimizers:
+        raise ConfigError(f"{type(algorithm).__name__} has no optimizer whose rate to scale")
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] *= scale
+
+
+class Settling:
+    """The learner's side of settling: names, certifies and enters; the publish gate once
+    settled; what a checkpoint keeps of it. One per learner whose settings set settle_at."""
+
+    def __init__(
+        self,
+        settings: LearnerSettings,
+        batch_size: int,
+        algo: Any,
+        spec: Any,
+        client: redis.Redis,
+        keys: RedisKeys,
+        publisher: WeightsPublisher,
+        sampler: Sampler,
+    ) -> None:
+        s = self.s = settings
+        assert s.settle_at is not None  # LearnerSettings also refuses parallel learners
+        self.batch_size, self.algo, self.spec = batch_size, algo, spec
+        self.publisher, self.sampler = publisher, sampler
+        self.watch = SolvedWatch(client, keys, s.settle_at, s.settle_episodes)
+        self.certifier = PublishGate(
+            s.env_id, s.settle_certify_episodes, s.settle_at, s.seed + 55_555,
+            precision=publisher.precision,
+        )  # fmt: skip
+        self.gate = self._publish_gate()
+        self.champion: dict[str, np.ndarray] | None = None  # last weights the gate passed
+        self.settled_at: int | None = None  # the update at which the run settled
+        self.credit = 0  # rows credited to the rate limiter per update once settled
+        if s.settle_rollback:
+            publisher.keep_weights_bytes = ROLLBACK_KEEP_BYTES
+
+    def _publish_gate(self) -> PublishGate | None:
+        s = self.s
+        if s.settle_validation_episodes == 0:
+            return None
+        bar = s.settle_at if s.settle_validation_bar is None else s.settle_validation_bar
+        return PublishGate(s.env_id, s.settle_validation_episodes, bar, s.seed + 77_777)
+
+    def poll(self, updates: int) -> None:
+        """Read the evaluator's episodes; certify a candidate they name."""
+        candidate = self.watch.poll()
+        if candidate is not None:
+            self.try_settle(candidate, updates)
+
+    def try_settle(self, candidate: int, updates: int) -> None:
+        """Certify `candidate` and settle on its weights, or reject it and learn on."""
+        weights = self._candidate_weights(candidate)
+        if weights is None:
+            self._reject(candidate, "its weights are not held (published before a restart?)")
+            return
+        if not self.certifier.passes(weights, self.spec):
+            mean = self.certifier.last_mean
+            self._reject(candidate, f"{self.certifier.episodes}-episode mean {mean:.1f}")
+            return
+        if self.s.settle_rollback:
+            self.algo.load_policy_weights(weights)
+        self.enter(
+            updates,
+            f"version {candidate} certified: {self.certifier.episodes}-episode mean "
+            f"{self.certifier.last_mean:.1f} >= {self.watch.threshold:g}",
+        )
+
+    def _candidate_weights(self, candidate: int) -> dict[str, np.ndarray] | None:
+        """The weights settling would freeze: the candidate's own (rollback), else the
+        ones in hand, which are what the evaluator measured only without rollback."""
+        if not self.s.settle_rollback:
+            return self.algo.policy_weights()
+        if getattr(self.algo, "load_policy_weights", None) is None:
+            return None
+        return self.publisher.weights_of(candidate)
+
+    def _reject(self, candidate: int, why: str) -> None:
+        self.watch.reject(candidate)
+        metrics.LEARNER_SETTLE_REJECTED.inc()
+        log.info(
+            "not settling on version %d (%s; certification needs a mean >= %g): "
+            "learning goes on", candidate, why, self.watch.threshold,
+        )  # fmt: skip
+
+    def enter(self, updates: int, why: str, resumed: bool = False) -> None:
+        """From now on train at the settled replay ratio, on the weights in hand
+        (`try_settle` has loaded the certified version's)."""
+        if self.settled_at is not None:
+            return
+        base = self.s.samples_per_insert
+        # A run already at a low ratio (e.g. 1) keeps it: settling never raises the ratio.
+        low = min(self.s.settle_samples_per_insert, base)
+        self.settled_at = updates
+        self.watch.solved = True  # stop watching
+        # Extra transitions credited per update on top of the batch actually sampled.
+        self.credit = round(self.batch_size * (credit_per_update(base, low) - 1.0))
+        metrics.LEARNER_REPLAY_RATIO.set(low)
+        # A resumed learner's weights and optimizer state are already the settled ones.
+        if self.s.settle_lr_scale != 1.0 and not resumed:
+            scale_learning_rates(self.algo, self.s.settle_lr_scale)
+        if isinstance(self.sampler, TerminalShareSampler):
+            self.sampler.share = self.s.settle_terminal_share
+        log.info(
+            "settled at update %d (%s): replay ratio %g -> %g samples per insert, "
+            "learning rate x %g, terminal rows %g of each batch",
+            self.settled_at, why, base, low, self.s.settle_lr_scale,
+            getattr(self.sampler, "share", 0.0),
+        )  # fmt: skip
+
+    def admits(self, weights: dict[str, np.ndarray]) -> bool:
+        """Once settled with a gate, only weights that pass validation are published
+        (actors keep the champion otherwise)."""
+        if self.gate is None or self.settled_at is None:
+            return True
+        if not self.gate.passes(weights, self.spec):
+            metrics.LEARNER_GATED_VERSIONS.inc()
+            return False
+        self.champion = weights
+        return True
+
+    def status(self) -> dict[str, float]:
+        """GetStatus counters: the publish gate's and certification's."""
+        gate = self.gate.counters() if self.gate is not None else {}
+        return gate | {
+            "settle_certifications": float(self.certifier.checks),
+            "settle_rejected_through": float(self.watch.rejected_through),
+        }
+
+    def close(self) -> None:
+        for gate in (self.gate, self.certifier):
+            if gate is not None:
+                gate.close()
+
+    # --- across a restart -------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Checkpoint fields: the settled update, the rejected versions, and the weights
+        of the candidates still in the evaluator's window, so a restarted learner can
+        certify them instead of finding them gone."""
+        if self.settled_at is not None:
+            return {"settled_at": self.settled_at}
+        held = {}
+        for version in self.watch.held_versions():
+            weights = self.publisher.weights_of(version)
+            if weights is not None:
+                held[str(version)] = {k: torch.from_numpy(v) for k, v in weights.items()}
+        return {
+            "settled_at": None,
+            "settle_rejected_through": self.watch.rejected_through,
+            "settle_held": held,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """The other side of `state`."""
+        if state.get("settled_at") is not None:
+            self.enter(int(state["settled_at"]), "resumed settled", resumed=True)
+            return
+        self.watch.reject(int(state.get("settle_rejected_through", 0)))
+        for version, tensors in state.get("settle_held", {}).items():
+            weights = {k: t.numpy() for k, t in tensors.items()}
+            self.publisher.hold(int(version), weights)

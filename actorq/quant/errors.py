@@ -1,21 +1,9 @@
-"""Errors raised by the quant package; both are ValueErrors so callers can catch broadly."""
+"""Errors raised by the quant package (defined in actorq.errors, which imports nothing of
+actorq's, so security.signing can raise them without importing actorq.quant); all are
+ValueErrors so callers can catch broadly."""
 
 from __future__ import annotations
 
+from actorq.errors import BlobError, SignatureError, WeightsError
 
-class WeightsError(ValueError):
-    """fp32 weights handed to the encoder do not fit the model spec or are not finite."""
-
-
-class BlobError(ValueError):
-    """A policy blob is corrupt, inconsistent, or not the model the reader expected.
-
-    Actors keep their previous policy when they see this error.
-    """
-
-
-class SignatureError(BlobError):
-    """A policy blob is unsigned, signed with an unknown key, or its HMAC does not match.
-
-    Raised only by readers that hold policy keys; the actor keeps its previous policy.
-    """
+__all__ = ["BlobError", "SignatureError", "WeightsError"]

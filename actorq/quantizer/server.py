@@ -13,11 +13,11 @@ from actorq import metrics
 from actorq.breakdown import PUBLISH_PHASES, PhaseClock
 from actorq.guard import GuardStats, PolicyGuard
 from actorq.quant import EncodedPolicy, WeightsError, encode_policy, precision_name
-from actorq.quantizer.assembler import PublishError, assemble
 from actorq.quantizer.deltas import DeltaMaker
 from actorq.quantizer.store import Announcement, PolicyStore, check_version
 from actorq.rpc.errors import DataLoss, FailedPrecondition, abort_on_error
 from actorq.rpc.guard import MalformedRequest
+from actorq.rpc.weight_stream import PublishError, assemble
 from actorq.security.signing import NO_KEYS, PolicyKeys
 from actorq.security.tls import check_peer_allowed, peer_names
 from actorq.v1 import parameter_server_pb2 as ps_pb2

@@ -14,8 +14,7 @@ import hmac
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actorq.errors import ConfigError
-from actorq.quant.errors import SignatureError
+from actorq.errors import ConfigError, SignatureError
 
 MIN_KEY_BYTES = 32
 MAC_BYTES = 32

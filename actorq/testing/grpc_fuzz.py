@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 
 from actorq.models import MLPSpec
 from actorq.quant import decode_policy, spec_to_proto
-from actorq.quantizer.assembler import weight_chunks
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer, make_channel
 from actorq.rpc.control import StatusSnapshot, control_service
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.security.tls import PLAINTEXT
 from actorq.v1 import control_pb2, control_pb2_grpc, policy_pb2
 from actorq.v1 import parameter_server_pb2 as ps_pb2

@@ -90,8 +90,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "replay_size": len(learner.storage),
                 "replay_inserted": learner.storage.total_added,
                 "replay_rejected": learner.reader.rejected,
-                "wait_fraction": learner.wait_fraction(),
-                "sample_fraction": learner.sample_fraction(),
+                "wait_fraction": c.wait_fraction(),
+                "sample_fraction": c.sample_fraction(),
                 "checkpoints": c.checkpoints,
                 "publish_failures": publisher.failures if publisher else 0,
                 "blob_bytes": publisher.blob_bytes if publisher else 0,
@@ -103,8 +103,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 **(learner.rlx2.status() if learner.rlx2 is not None else {}),
                 # Behaviour vs learner gap, n-step importance weights (learner.behaviour).
                 **learner.behaviour_status(),
-                # Publish gate once settled (actorq.learner.publish_gate).
-                **(learner.gate.counters() if learner.gate is not None else {}),
+                # Certification and the publish gate (actorq.learner.settle).
+                **(learner.settling.status() if learner.settling is not None else {}),
             },
         )
 
@@ -113,7 +113,7 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
 
 def _weights_checksum(learner: Learner) -> float:
     """Equal on every data-parallel rank while the replicas agree (DQN only so far)."""
-    return learner.dqn.weights_checksum() if isinstance(learner.dqn, DQNLearner) else 0.0
+    return learner.algo.weights_checksum() if isinstance(learner.algo, DQNLearner) else 0.0
 
 
 def serve(
@@ -127,7 +127,7 @@ def serve(
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime, rlx2)
     reason = choice.reason if choice is not None else ""
-    info = setup_learner(learner.dqn, settings.device, settings.update_path, reason)
+    info = setup_learner(learner.algo, settings.device, settings.update_path, reason)
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,

@@ -20,10 +20,10 @@ import redis
 from actorq.config import ActorSettings, CommonSettings, LearnerSettings, QuantizerSettings
 from actorq.models import MLPSpec, QNetwork
 from actorq.quant import spec_to_proto
-from actorq.quantizer.assembler import weight_chunks
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import find_free_port
 from actorq.rpc import make_channel
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.security.certs import make_dev_certs
 from actorq.security.signing import key_id_of
 from actorq.security.tls import PLAINTEXT, TlsConfig

@@ -7,11 +7,11 @@ import threading
 import redis
 
 from actorq.actor.policy_follower import PolicyFollower
-from actorq.quantizer.assembler import weight_chunks
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer, make_channel
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.testing.waiting import wait_for
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from tests.integration.test_delta_broadcast import SPEC, _header, _weights

@@ -18,12 +18,12 @@ from actorq.onpolicy.stream import SegmentWriter
 from actorq.quant import encode_policy
 from actorq.quant.blob import decode_policy
 from actorq.quant.policy_module import build_policy_module
-from actorq.quantizer.assembler import weight_chunks
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter, TransitionBatch
 from actorq.rpc import GrpcServer, make_channel
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
 from actorq.v1 import policy_pb2
 from tests.integration.test_parameter_server import _header, _weights

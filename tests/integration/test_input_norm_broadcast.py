@@ -86,7 +86,7 @@ def test_int8_actor_applies_the_learners_normalisation(
     module = loaded.module
     norm = module.layers[0]
     assert isinstance(norm, InputNorm)
-    rms = learner.dqn.obs_rms
+    rms = learner.algo.obs_rms
     assert rms is not None and rms.count > 0  # it normalised what it trained on
     np.testing.assert_array_equal(norm.shift.numpy(), rms.mean.astype(np.float32))
     obs = np.stack(
@@ -95,7 +95,7 @@ def test_int8_actor_applies_the_learners_normalisation(
     ).astype(np.float32)
     with torch.inference_mode():
         acted = module(torch.from_numpy(obs)).numpy()
-    np.testing.assert_allclose(acted, learner.dqn.actions(obs), atol=0.05)  # int8 vs fp32
+    np.testing.assert_allclose(acted, learner.algo.actions(obs), atol=0.05)  # int8 vs fp32
 
 
 def test_learner_refuses_a_publisher_spec_its_algorithm_does_not_fill(

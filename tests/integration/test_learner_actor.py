@@ -194,13 +194,13 @@ def test_learner_on_a_captured_path_sets_priorities_one_update_late(
     learner = _learner(
         redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 100, "prioritized"
     )
-    assert apply_update_path(learner.dqn, "torch-eager", readback_every=16) == "torch-eager"
-    assert current_update_path(learner.dqn) == "torch-eager"
+    assert apply_update_path(learner.algo, "torch-eager", readback_every=16) == "torch-eager"
+    assert current_update_path(learner.algo) == "torch-eager"
     actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=2000)
     train_alongside(learner, actor, follower)
-    assert learner.counters.updates == learner.dqn.num_updates == 100
+    assert learner.counters.updates == learner.algo.num_updates == 100
     assert np.isfinite(learner.counters.last_loss)  # read back from the ring
-    runner = captured_runner(learner.dqn)
+    runner = captured_runner(learner.algo)
     assert runner is not None and runner.pending == 100 % 16
     priorities = learner.sampler.priorities(np.arange(len(learner.storage)))
     assert len(np.unique(priorities)) > 100  # 99 updates' |TD errors| landed

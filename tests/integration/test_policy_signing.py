@@ -13,11 +13,11 @@ from prometheus_client import REGISTRY
 from actorq.actor.policy_follower import PolicyFollower
 from actorq.models import MLPSpec, QNetwork
 from actorq.quant import encode_policy, spec_to_proto
-from actorq.quantizer.assembler import weight_chunks
 from actorq.quantizer.server import ParameterServer, parameter_server_service
 from actorq.quantizer.store import Announcement, PolicyStore
 from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer, make_channel
+from actorq.rpc.weight_stream import weight_chunks
 from actorq.security.signing import PolicyKey, PolicyKeys
 from actorq.testing.waiting import wait_for
 from actorq.v1 import parameter_server_pb2 as ps_pb2

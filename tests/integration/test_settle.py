@@ -1,4 +1,4 @@
-"""Settling once solved (actorq.learner.settle) against a real Redis, a real quantizer and
+"""Settling once solved (actorq.learner.settling) against a real Redis, a real quantizer and
 real CartPole actors: the learner watches the evaluator's returns in the episodes stream,
 then trains at the settled replay ratio, and a restarted learner stays settled."""
 
@@ -159,13 +159,13 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
 ) -> None:
     learner = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 200)
-    assert learner.settle is not None
-    learner.settle.poll_seconds = 0.0  # read the stream after every update
+    assert learner.settling is not None
+    learner.settling.watch.poll_seconds = 0.0  # read the stream after every update
     for r in (1.0, 2.0, 3.0, 4.0):
         _episode(redis_client, redis_keys, "eval", r)  # mean 2.5: not solved
     with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 8000):
         wait_for(lambda: learner.counters.updates >= 40, timeout=60)
-        assert learner.settled_at is None  # training, but the evaluator has not solved
+        assert learner.settling.settled_at is None  # training, but the evaluator has not solved
         assert isinstance(learner.sampler, TerminalShareSampler)
         assert learner.sampler.share == 0.0
         assert metrics.LEARNER_REPLAY_RATIO._value.get() == 4.0
@@ -173,10 +173,10 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
             _episode(redis_client, redis_keys, "eval", r, learner.version)
 
     assert learner.counters.updates == 200
-    settled_at = learner.settled_at
+    settled_at = learner.settling.settled_at
     assert settled_at is not None and 40 <= settled_at < 200
     assert metrics.LEARNER_REPLAY_RATIO._value.get() == 1.0
-    assert learner.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    assert learner.algo.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
     assert learner.sampler.share == 0.25  # a quarter of each settled batch: terminal rows
     # Each settled update counts 4/1 batches toward the limiter: 1 sampled + 3 credited.
     assert learner.counters.credited == 3 * BATCH * (200 - settled_at)
@@ -185,12 +185,12 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
 
     resumed = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 210)
     resumed.restore()
-    assert resumed.settled_at == settled_at
+    assert resumed.settling.settled_at == settled_at
     assert resumed.counters.credited == learner.counters.credited
-    assert resumed.settle is not None and resumed.settle.solved  # no longer watching
+    assert resumed.settling is not None and resumed.settling.watch.solved  # no longer watching
     assert isinstance(resumed.sampler, TerminalShareSampler) and resumed.sampler.share == 0.25
     # the optimizer's saved state carries the lowered rate; it is not lowered twice
-    assert resumed.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+    assert resumed.algo.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
     resumed.publisher.close()
 
 
@@ -212,8 +212,8 @@ def test_gate_holds_back_versions_that_fail_validation_once_settled(
         settle_at=CERTIFIABLE, settle_episodes=4, settle_certify_episodes=10,
         settle_validation_episodes=2, settle_validation_bar=bar,
     )  # fmt: skip
-    assert learner.settle is not None and learner.gate is not None
-    learner.settle.poll_seconds = 0.0
+    assert learner.settling is not None and learner.settling.gate is not None
+    learner.settling.watch.poll_seconds = 0.0
     gated_before = metrics.LEARNER_GATED_VERSIONS._value.get()
     learner.restore()
     learner.start()
@@ -226,21 +226,21 @@ def test_gate_holds_back_versions_that_fail_validation_once_settled(
     learner.finish()
     follower.stop()
 
-    assert learner.settled_at is not None and learner.settled_at <= 10
-    checks = learner.gate.checks
+    assert learner.settling.settled_at is not None and learner.settling.settled_at <= 10
+    checks = learner.settling.gate.checks
     assert checks >= 10  # publish_every 10 over 120 updates, every one validated
-    assert learner.gate.env_steps > 0
+    assert learner.settling.gate.env_steps > 0
     gated = metrics.LEARNER_GATED_VERSIONS._value.get() - gated_before
     if publishes:
         # The publisher keeps only the newest submission while one is in flight, so
         # fewer versions than checks; the start and final publications add 2.
         assert gated == 0 and learner.version > first + 2
-        assert learner.champion is not None
+        assert learner.settling.champion is not None
     else:
         # Nothing after settling reached the bar: only the final publication (of the
         # online weights, as no champion exists) moved the version.
         assert gated == checks and learner.version <= first + 1
-        assert learner.champion is None
+        assert learner.settling.champion is None
 
 
 def test_solved_version_is_the_newest_in_the_window_that_reached_the_threshold(
@@ -270,9 +270,9 @@ def test_settling_rolls_back_to_the_version_the_evaluator_measured(
         settle_at=CERTIFIABLE, settle_episodes=4, settle_certify_episodes=10,
         settle_samples_per_insert=1.0, settle_lr_scale=0.0,
     )  # fmt: skip
-    assert learner.settle is not None and learner.publisher is not None
+    assert learner.settling is not None and learner.publisher is not None
     assert learner.publisher.keep_weights_bytes > 0
-    learner.settle.poll_seconds = 0.0
+    learner.settling.watch.poll_seconds = 0.0
     publisher = learner.publisher
     with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 12000):
         wait_for(lambda: publisher.version >= 4, timeout=60)
@@ -282,9 +282,9 @@ def test_settling_rolls_back_to_the_version_the_evaluator_measured(
         for r in (100.0, 100.0, 100.0, 100.0):
             _episode(redis_client, redis_keys, "eval", r, measured)
 
-    assert learner.settled_at is not None and learner.counters.updates == 300
+    assert learner.settling.settled_at is not None and learner.counters.updates == 300
     # Frozen (rate 0) on exactly the measured version's weights, not the newer ones.
-    now = learner.dqn.policy_weights()
+    now = learner.algo.policy_weights()
     assert now.keys() == held.keys()
     assert all(np.array_equal(now[k], held[k]) for k in held)
 
@@ -295,8 +295,8 @@ def test_a_candidate_that_fails_certification_is_rejected_and_learning_goes_on(
     learner = _settling_learner(
         redis_url, redis_keys, redis_client, quantizer, tmp_path, 150, settle_at=400.0
     )
-    assert learner.settle is not None and learner.certifier is not None
-    learner.settle.poll_seconds = 0.0
+    assert learner.settling is not None and learner.settling.certifier is not None
+    learner.settling.watch.poll_seconds = 0.0
     rejected_before = metrics.LEARNER_SETTLE_REJECTED._value.get()
     with _training_with_an_actor(learner, redis_url, redis_keys, redis_client, quantizer, 8000):
         wait_for(lambda: learner.publisher.version >= 3, timeout=60)
@@ -304,11 +304,11 @@ def test_a_candidate_that_fails_certification_is_rejected_and_learning_goes_on(
         for _ in range(4):
             _episode(redis_client, redis_keys, "eval", 500.0, lucky)  # one lucky round
 
-    assert learner.settled_at is None and learner.counters.updates == 150
-    assert learner.certifier.checks == 1 and learner.certifier.last_mean < 400.0
-    assert learner.settle.rejected_through == lucky
+    assert learner.settling.settled_at is None and learner.counters.updates == 150
+    assert learner.settling.certifier.checks == 1 and learner.settling.certifier.last_mean < 400.0
+    assert learner.settling.watch.rejected_through == lucky
     assert metrics.LEARNER_SETTLE_REJECTED._value.get() == rejected_before + 1
-    assert learner.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # not frozen
+    assert learner.algo.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # not frozen
 
 
 def test_a_restarted_learner_never_settles_on_weights_nobody_measured(
@@ -325,42 +325,42 @@ def test_a_restarted_learner_never_settles_on_weights_nobody_measured(
         _episode(redis_client, redis_keys, "eval", 100.0, measured)
 
     resumed = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 160)
-    assert resumed.settle is not None
-    resumed.settle.poll_seconds = 0.0
+    assert resumed.settling is not None
+    resumed.settling.watch.poll_seconds = 0.0
     with _training_with_an_actor(resumed, redis_url, redis_keys, redis_client, quantizer, 6000):
         pass
     assert resumed.counters.updates == 160
-    assert resumed.settled_at is None  # not held: rejected, learning went on
-    assert resumed.settle.rejected_through == measured
-    assert resumed.dqn.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+    assert resumed.settling.settled_at is None  # not held: rejected, learning went on
+    assert resumed.settling.watch.rejected_through == measured
+    assert resumed.algo.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
 
 
 def test_candidates_in_the_window_survive_a_restart_and_settle_on_their_own_weights(
     redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
 ) -> None:
     first = _settling_learner(redis_url, redis_keys, redis_client, quantizer, tmp_path, 80)
-    assert first.settle is not None
-    first.settle.poll_seconds = 0.0
+    assert first.settling is not None
+    first.settling.watch.poll_seconds = 0.0
     with _training_with_an_actor(first, redis_url, redis_keys, redis_client, quantizer, 4000):
         wait_for(lambda: first.publisher.version >= 3, timeout=60)
         candidate = first.publisher.version - 1
         measured = first.publisher.weights_of(candidate)
         for _ in range(4):
             _episode(redis_client, redis_keys, "eval", 1.0, candidate)  # not yet solved
-        wait_for(lambda: first.settle.held_versions() == [candidate], timeout=30)
-    assert first.settled_at is None and measured is not None
+        wait_for(lambda: first.settling.watch.held_versions() == [candidate], timeout=30)
+    assert first.settling.settled_at is None and measured is not None
     for _ in range(4):  # the candidate's next round, read after the restart
         _episode(redis_client, redis_keys, "eval", 20.0, candidate)
 
     resumed = _settling_learner(
         redis_url, redis_keys, redis_client, quantizer, tmp_path, 180, lr_scale=0.0
     )
-    assert resumed.settle is not None
-    resumed.settle.poll_seconds = 0.0
+    assert resumed.settling is not None
+    resumed.settling.watch.poll_seconds = 0.0
     with _training_with_an_actor(resumed, redis_url, redis_keys, redis_client, quantizer, 6000):
         pass
-    assert resumed.settled_at is not None
-    assert resumed.certifier is not None and resumed.certifier.checks == 1
-    now = resumed.dqn.policy_weights()  # frozen on the candidate the first learner held
+    assert resumed.settling.settled_at is not None
+    assert resumed.settling.certifier is not None and resumed.settling.certifier.checks == 1
+    now = resumed.algo.policy_weights()  # frozen on the candidate the first learner held
     assert now.keys() == measured.keys()
     assert all(np.array_equal(now[k], measured[k]) for k in measured)

@@ -109,7 +109,7 @@ def test_sparse_learner_trains_publishes_zeros_and_resumes_exactly(
     assert rlx2.capacity is not None and rlx2.capacity.dropped_total > 0
     live = len(learner.storage)
     assert live == 1500 - 150  # the oldest 10% dropped once (one check was due)
-    weights = learner.dqn.policy_weights()
+    weights = learner.algo.policy_weights()
     actor = rlx2.sparse.networks["actor"]
     for name, mask in zip(actor.layer_names, actor.masks, strict=True):
         assert np.all(weights[f"{name}.weight"][~mask.numpy()] == 0.0)

@@ -14,7 +14,7 @@ import torch
 
 from actorq.algos import load_algorithm_config, make_algorithm
 from actorq.algos.dqn import DQNLearner
-from actorq.learner.settling import scale_learning_rates
+from actorq.learner.settle import scale_learning_rates
 
 OBS, ACTIONS = 5, 3
 

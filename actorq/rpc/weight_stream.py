@@ -1,4 +1,6 @@
-"""Reassemble a PublishWeights stream (header + fp32 tensor chunks) into numpy arrays.
+"""The PublishWeights stream format, both sides: `weight_chunks` splits fp32 weights into a
+header and tensor chunks (the learner), `assemble` reassembles them into numpy arrays (the
+quantizer). One module, so the two sides cannot drift apart.
 
 Checks happen as chunks arrive, before memory is committed: the header must come first,
 every tensor must belong to the declared spec with the declared shape, slices must follow

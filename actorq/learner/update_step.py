@@ -1,0 +1,75 @@
+"""One learner update as the service runs it: sample rows from the mirror, weight them
+(n-step correction), measure the behaviour gap, run the algorithm's update (or queue it on
+its captured runner), write priorities back, count."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from actorq import metrics
+from actorq.algos.capture import captured_runner
+from actorq.learner.captured import LaggedSubmit
+from actorq.learner.counters import LearnerCounters
+from actorq.replay import ReplayStorage
+
+
+class UpdateStep:
+    """Calls of one update each; what they need is fixed when the learner is built."""
+
+    def __init__(
+        self,
+        algo: Any,
+        storage: ReplayStorage,
+        sampler: Any,
+        batch_size: int,
+        counters: LearnerCounters,
+        rng: np.random.Generator,
+        rlx2: Any = None,
+        correction: Any = None,
+        behaviour: Any = None,
+    ) -> None:
+        self.algo, self.storage, self.sampler = algo, storage, sampler
+        self.batch_size, self.counters, self.rng = batch_size, counters, rng
+        self.rlx2, self.correction, self.behaviour = rlx2, correction, behaviour
+        self._submit_captured = LaggedSubmit()  # a captured path: priorities one update late
+
+    def __call__(self, newest_version: int | None) -> None:
+        """One update; `newest_version` is the newest published one (None off rank 0)."""
+        started = time.perf_counter()
+        sample = self.sampler.sample(self.storage, self.batch_size, self.rng)
+        if self.rlx2 is not None:
+            batch = self.rlx2.gather(self.storage, sample.indices, self.correction is not None)
+        else:
+            batch = self.storage.get(sample.indices)
+        self.counters.sample_seconds += time.perf_counter() - started
+        weights = sample.weights
+        if self.correction is not None:  # truncated IS of the n-step return's actions
+            weights = weights * self.correction.weights(batch)
+        if self.behaviour is not None:  # before the update: the actors' gap
+            self.behaviour.maybe_measure(batch, newest_version)
+        runner = captured_runner(self.algo)
+        if runner is not None and self.rlx2 is None:
+            reported = self._submit_captured(runner, self.sampler, sample, batch, weights)
+            if reported is not None:
+                self._report_loss(*reported)
+        else:
+            result = self.algo.update(batch, weights)
+            if self.rlx2 is not None:
+                self.rlx2.after_update()
+            self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
+            self._report_loss(result.loss, result.q_mean)
+        self.counters.updates += 1
+        self.counters.sampled += self.batch_size
+        metrics.LEARNER_UPDATES.inc()
+        metrics.LEARNER_REPLAY_SAMPLED.inc(self.batch_size)
+        if newest_version is not None:
+            lag = newest_version - float(np.mean(batch["policy_version"]))
+            metrics.LEARNER_SAMPLE_LAG.set(lag)
+
+    def _report_loss(self, loss: float, q_mean: float) -> None:
+        self.counters.last_loss = loss
+        metrics.LEARNER_LOSS.set(loss)
+        metrics.LEARNER_Q_MEAN.set(q_mean)
