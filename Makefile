@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
+
+help:  ## list the targets with what each does (this list)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	./scripts/setup.sh
@@ -20,20 +23,20 @@ run: $(STAMP)  ## train DQN on CartPole-v1 with int8 actors (embedded Redis); AR
 test: $(STAMP)  ## the whole suite: unit, integration (real Redis + gRPC), end to end
 	./scripts/test.sh
 
-test-unit: $(STAMP)
+test-unit: $(STAMP)  ## unit tests only (no services)
 	$(PY) -m pytest tests/unit -q
 
-test-integration: $(STAMP)
+test-integration: $(STAMP)  ## integration tests (real Redis and gRPC)
 	$(PY) -m pytest tests/integration -q
 
 test-e2e: $(STAMP)
 	$(PY) -m pytest tests/e2e -q
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff check and format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: $(STAMP)
+format: $(STAMP)  ## ruff format and autofix
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
@@ -86,7 +89,7 @@ study: $(STAMP)  ## actorq study: every setting, 3 seeds (hours); resumable
 bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path vs fast path, vs the FLOP floor (BENCHMARKS.md 12; ARGS=--quick)
 	$(PY) bench/bench_learner.py $(ARGS)
 
-bench-ingest: $(STAMP)  ## learner ingest alone: XREAD + unpack + replay insert, bulk vs plain path, Redis CPU per 1M transitions (BENCHMARKS.md "Learner ingest"; ARGS=--old-python /work/main/.venv/bin/python)
+bench-ingest: $(STAMP)  ## learner ingest alone: XREAD + unpack + replay insert, bulk vs plain path, Redis CPU per 1M transitions (BENCHMARKS.md "Learner ingest"; ARGS=--old-python OLD_TREE/.venv/bin/python)
 	$(PY) bench/bench_ingest.py $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, forked vs spawned services (BENCHMARKS.md 12)
@@ -95,13 +98,16 @@ bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, for
 bench-regimes: $(STAMP)  ## where int8 actors pay: env steps/s and updates/s by policy size and replay ratio, fp32 vs int8 interleaved (BENCHMARKS.md 16d; ~20 min)
 	$(PY) bench/bench_regimes.py --hidden 64,64 --hidden 512,512,512 --hidden 2048,2048 --spi 16 --spi 1 --spi 0.25 $(ARGS)
 
+bench-kill-drill: $(STAMP)  ## SIGKILL actor-0 then the learner in default CartPole runs: does each still solve? (BENCHMARKS.md "Settling once solved"; ~15 min)
+	$(PY) bench/bench_kill_drill.py --seeds 1,2,3,4,5 $(ARGS)
+
 bench-stability: $(STAMP)  ## does DQN stay solved on CartPole for 200k env steps after solving: defaults vs settling once solved (BENCHMARKS.md 12k; ~12 min quiet)
 	$(PY) bench/bench_stability.py --seeds 1,2,3,4,5 --arm settle: --arm none:--settle-at=none $(ARGS)
 
 bench-sparse-blob: $(STAMP)  ## bytes per broadcast: full int8, sparse+int8 80-98%, deltas vs dense fp32 (BENCHMARKS.md 14; ARGS=--quick)
 	$(PY) -W ignore::UserWarning bench/bench_sparse_blob.py $(ARGS)
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP)  ## the quick forms of bench (quantization, actor)
 	$(PY) bench/bench_quant.py --quick
 	$(PY) bench/bench_actor.py --quick
 
@@ -128,7 +134,7 @@ gpu-throughput:  ## on a 16-core (GPU) machine, no network: one actor vs its env
 deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
 	./scripts/check_deploy.sh
 
-image: $(STAMP)  ## actorq, Redis, Prometheus images built here, no registry (README "Deploy")
+image: $(STAMP)  ## actorq, Redis, Prometheus images built here, no registry (docs/deploy.md)
 	PYTHON=$(PY) ./scripts/build_images.sh
 
 bench-compose: image  ## compose stacks of 1..32 actor containers: healthy time, steps/s, docker stats memory (BENCHMARKS.md 17)
@@ -159,7 +165,7 @@ dev-certs: $(STAMP)  ## dev CA + one TLS cert per service in certs/dev (gitignor
 redis-acl: $(STAMP)  ## Redis ACL file + per-service passwords in certs/redis; ARGS="--prefix myrun"
 	$(VENV)/bin/actorq redis-acl $(ARGS)
 
-clean:
+clean:  ## remove the venv, deploy tools and caches (run folders stay)
 	rm -rf $(VENV) .deploy-tools .pytest_cache .ruff_cache .mypy_cache
 
 bench-links: $(STAMP)  ## actors in other network namespaces over tbf-shaped links: lag, bytes/s by broadcast kind (BENCHMARKS.md 22; root; ARGS=--links 1000,100,20 --kinds fp32,int8-delta --seeds 0,1,2)

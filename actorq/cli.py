@@ -48,8 +48,10 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--env",
         default=d.env,
-        help="env id: gymnasium (CartPole-v1, Pendulum-v1, HalfCheetah-v5, ...) or "
-        "dmc:<domain>-<task>; discrete actions for dqn, continuous for the others",
+        help="env id: gymnasium (CartPole-v1, Pendulum-v1, HalfCheetah-v5, ...), "
+        "dmc:<domain>-<task> (DeepMind Control), minatar:<game> (MinAtar, e.g. "
+        "minatar:breakout; CNN policy) or ale:<Game> (Atari, e.g. ale:Pong; CNN policy); "
+        "discrete actions for dqn/ppo/appo/a2c, continuous for ddpg/td3/sac/d4pg",
     )
     p.add_argument(
         "--algo",
@@ -143,7 +145,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         default=0.0,
         help="RLx2 sparse training: share of zero weights in actor and critics, in [0, 1), "
         "with topology evolution, the delayed 3-step target and the dynamic replay "
-        "(README: Sparse training); 0 = dense",
+        "(docs/algorithms.md, Sparse training); 0 = dense",
     )
     p.add_argument(
         "--sparsity-actor", type=float, default=None, help="actor sparsity (default: --sparsity)"

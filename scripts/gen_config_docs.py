@@ -122,6 +122,51 @@ def _run_flags() -> list[str]:
     return rows
 
 
+def _other_variables() -> list[str]:
+    """Variables read outside the settings dataclasses, with defaults taken from the code
+    that reads them (tests/unit/test_config_docs.py fails on one missing here)."""
+    from actorq.energy import DEFAULT_GRID_G_PER_KWH, DEFAULT_WATTS_PER_CORE
+    from actorq.launch.zygote import LAUNCH_MODE_VAR
+    from actorq.quant.conv import CONV_ENGINE_ENV, DEFAULT_CONV_ENGINE
+
+    rows = [
+        (
+            LAUNCH_MODE_VAR,
+            "fork",
+            "`actorq run` and the supervisor: `fork` starts each "
+            "service from a zygote that has imported torch once; `spawn` gives each service its "
+            "own interpreter (`actorq/launch/zygote.py`)",
+        ),
+        (
+            CONV_ENGINE_ENV,
+            DEFAULT_CONV_ENGINE,
+            "torch's quantized engine the int8 convs of "
+            "pixel policies are packed under (`actorq/quant/conv.py`)",
+        ),
+        (
+            "ACTORQ_WATTS_PER_CORE",
+            DEFAULT_WATTS_PER_CORE,
+            "power model for the energy "
+            "estimate when no RAPL counter is readable (`actorq/energy.py`)",
+        ),
+        (
+            "ACTORQ_GRID_G_PER_KWH",
+            DEFAULT_GRID_G_PER_KWH,
+            "grid carbon intensity, grams "
+            "CO2e per kWh, for the carbon estimate (`actorq/energy.py`)",
+        ),
+        (
+            "ACTORQ_RUN_DIR",
+            "-",
+            "set by `actorq run` for its services (not read as a "
+            "setting): lets operators find a run's processes",
+        ),
+    ]
+    out = ["| variable | default | meaning |", "|---|---|---|"]
+    out += [f"| `{name}` | `{default}` | {_cell(text)} |" for name, default, text in rows]
+    return out
+
+
 def generate() -> str:
     import importlib
 
@@ -140,6 +185,9 @@ def generate() -> str:
         "`ACTORQ_<ALGO>_<FIELD>`, e.g. `ACTORQ_DQN_LR=1e-3`. `actorq run` passes its flags",
         "to the services as these variables; any variable already set in the environment",
         "reaches them too.",
+        "",
+        "The section [Other variables](#other-variables) lists the few read outside these",
+        "classes.",
         "",
         "## `actorq run` flags",
         "",
@@ -161,6 +209,7 @@ def generate() -> str:
         cls = getattr(importlib.import_module(module), name)
         title = (cls.__doc__ or "").strip().splitlines()[0]
         out += ["", f"## `{name}` ({module})", "", title, "", *_table(cls, prefix, False)]
+    out += ["", "## Other variables", "", *_other_variables()]
     out += ["", "## Algorithms"]
     for algo, (cls, _) in _REGISTRY.items():
         title = (cls.__doc__ or "").strip().splitlines()[0]

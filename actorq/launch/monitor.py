@@ -113,7 +113,10 @@ class RunMonitor:
         self.actors = [_StatusClient(a) for a in actors]
         self.evaluator = _StatusClient(evaluator)
         self.started = time.perf_counter() if started is None else started  # wall clock origin
-        self.episodes: list[tuple[Episode, int, float]] = []  # (episode, total env steps, wall s)
+        self._started_unix = time.time() - (time.perf_counter() - self.started)
+        # (episode, total env steps, wall s), both at the episode's own end time
+        self.episodes: list[tuple[Episode, int, float]] = []
+        self._last_poll = (self._started_unix, 0)  # (unix time, total env steps) of a poll
         self.eval_recent: deque[float] = deque(maxlen=100)
         self.train_recent: deque[float] = deque(maxlen=100)
         self.episode_counts = {"eval": 0, "train": 0}
@@ -131,6 +134,8 @@ class RunMonitor:
         return sample
 
     def _read_episodes(self, env_steps: int, wall: float) -> None:
+        now = (time.time(), env_steps)
+        previous, self._last_poll = self._last_poll, now
         try:
             reply = self.client.xread({self.keys.episodes_stream: self._last_id}, count=10000)
         except redis.RedisError:
@@ -143,11 +148,23 @@ class RunMonitor:
                 except (KeyError, ValueError):
                     continue
                 for episode in episodes:
-                    self.episodes.append((episode, env_steps, wall))
+                    self.episodes.append((episode, *self._stamp(episode, previous, now)))
                     kind = episode.kind
                     self.episode_counts[kind] = self.episode_counts.get(kind, 0) + 1
                     recent = self.eval_recent if kind == "eval" else self.train_recent
                     recent.append(episode.episode_return)
+
+    def _stamp(
+        self, episode: Episode, previous: tuple[float, int], now: tuple[float, int]
+    ) -> tuple[int, float]:
+        """(total env steps, wall seconds) when `episode` ended: its own end time, and the
+        run's env steps interpolated between the two polls around it (the actors' counts
+        arrive only with a poll; stamping every episode with the poll's own figures put
+        thousands of episodes on a few dozen points)."""
+        (t0, steps0), (t1, steps1) = previous, now
+        ended = min(max(episode.unix_time, t0), t1)
+        share = (ended - t0) / (t1 - t0) if t1 > t0 else 1.0
+        return round(steps0 + share * (steps1 - steps0)), ended - self._started_unix
 
     def _sample(self, env_steps: int, wall: float) -> ProgressSample:
         lrn, qz = self.learner, self.quantizer

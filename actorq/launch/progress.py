@@ -103,7 +103,10 @@ class ProgressView:
             self._live = None
 
     def final(self, summary: Summary, run_dir: Path) -> None:
-        verdict = "solved" if summary.solved else "not solved"
+        if summary.target_return is None:  # nothing to solve: a throughput or timed run
+            verdict = "finished"
+        else:
+            verdict = "solved" if summary.solved else "not solved"
         self.console.print(
             f"[bold]{verdict}[/bold] ({summary.stop_reason}): eval return "
             f"{_fmt(summary.final_mean_return)} after {summary.env_steps:,} env steps, "
