@@ -74,7 +74,8 @@ def drill(seed: int, run_dir: Path, kill_at: int, learner_after: float, budget: 
         "killed_at_env_steps": killed_at,
         "restarts": {k: v["restarts"] for k, v in services.items() if v.get("restarts")},
         "solved": bool(summary.get("solved")),
-        "final_eval_mean": summary.get("final_eval_mean_return"),
+        "final_eval_mean": summary.get("final_mean_return"),
+        "wall_seconds": summary.get("wall_seconds"),
         "env_steps": summary.get("env_steps"),
         "settle_log": settle_lines,
     }
@@ -89,8 +90,11 @@ def main() -> None:
     p.add_argument("--out", default="", help="keep run folders here (default: temp dir)")
     args = p.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="actorq-drill-"))
-    print("| seed | killed at env step | restarts | solved | final 100-ep mean | env steps |")
-    print("|---|---:|---|---|---:|---:|")
+    print(
+        "| seed | killed at env step | restarts | solved | final 100-ep mean | env steps "
+        "| seconds |"
+    )
+    print("|---|---:|---|---|---:|---:|---:|")
     for seed in (int(s) for s in args.seeds.split(",")):
         run_dir = out / f"seed{seed}"
         r = drill(seed, run_dir, args.kill_at, args.learner_after, args.max_env_steps)
@@ -100,7 +104,7 @@ def main() -> None:
         print(
             f"| {seed} | {r['killed_at_env_steps']} | {restarts} | "
             f"{'yes' if r['solved'] else 'no'} | "
-            f"{'-' if mean is None else f'{mean:.1f}'} | {r['env_steps']} |",
+            f"{'-' if mean is None else f'{mean:.1f}'} | {r['env_steps']} | {r['wall_seconds']} |",
             flush=True,
         )
         for line in r["settle_log"]:
