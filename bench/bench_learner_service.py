@@ -1,0 +1,179 @@
+"""The learner service against its own update run alone: updates/s per algorithm, device
+and path, the ratio service/alone, and where the service's time goes.
+
+Per (algorithm, device), interleaved round by round:
+- alone: a worker process builds the algorithm as the learner service does
+  (make_algorithm, then the update path `auto` picks on that device: setup_learner) and
+  runs updates on fixed random batches of the service's batch size for --seconds;
+  updates/s of wall time after a warm-up.
+- service: `actorq run` with --actors actors feeding at --samples-per-insert, the same
+  network, device and path, for --seconds after the first update; updates/s from the
+  learner's counters in metrics.jsonl over the steady part (the second half of the
+  samples after learning starts), the learner's wait and sample shares, and CPU seconds
+  per role from summary.json.
+A ratio under 1 means the service delivers less than its update can do: the learner
+waits for actors (wait share high) or spends its time elsewhere (ingest, sampling,
+bookkeeping: CPU of the learner process above what its updates need).
+
+    .venv/bin/python bench/bench_learner_service.py --algos dqn --devices cpu --seconds 20
+
+The last line is `service/alone min <ratio>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CASES = {  # algo -> (env, hidden, obs_dim, outputs) as the service runs it
+    "dqn": ("CartPole-v1", (64, 64), 4, 2),
+    "td3": ("Pendulum-v1", (256, 256), 3, 1),
+    "sac": ("Pendulum-v1", (256, 256), 3, 1),
+    "ddpg": ("Pendulum-v1", (256, 256), 3, 1),
+    "d4pg": ("Pendulum-v1", (256, 256), 3, 1),
+}
+
+
+def alone_worker(algo: str, device: str, seconds: float) -> dict:
+    """Updates/s of the algorithm's update alone, on the path the service would run."""
+    import torch
+
+    from actorq.algos import load_algorithm_config, make_algorithm
+    from actorq.algos.capture import captured_runner
+    from actorq.learner.update_path import setup_learner
+    from actorq.testing.batches import random_update_batches
+
+    torch.set_num_threads(1)  # the service's learner default on CPU (ACTORQ_TORCH_THREADS)
+    _env, hidden, obs, out = CASES[algo]
+    config = load_algorithm_config(algo, {})
+    learner = make_algorithm(algo, obs, out, hidden, config, device=device)
+    info = setup_learner(learner, device, "auto")
+    batches = random_update_batches(algo, obs, out, config.batch_size, seed=0)
+    runner = captured_runner(learner)
+
+    def run(n: int) -> None:
+        for i in range(n):
+            batch = batches[i % len(batches)]
+            if runner is None:
+                learner.update(batch)
+            else:
+                runner.submit([batch])
+                if runner.pending >= runner.slots:
+                    runner.drain()
+        if runner is not None and runner.pending:
+            runner.drain()
+
+    run(50)  # warm-up: allocations, captures
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        run(100)
+        done += 100
+    elapsed = time.perf_counter() - started
+    return {"updates_per_s": done / elapsed, "path": info.update_path, "batch": config.batch_size}
+
+
+def _alone(algo: str, device: str, seconds: float) -> dict:
+    cmd = [sys.executable, __file__, "--worker", algo, "--devices", device]
+    cmd += ["--seconds", str(seconds)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _service(algo: str, device: str, args: argparse.Namespace, run_dir: Path) -> dict:
+    env, hidden, _obs, _out = CASES[algo]
+    cmd = [sys.executable, "-m", "actorq", "run", "--algo", algo, "--env", env]
+    cmd += ["--hidden", ",".join(map(str, hidden)), "--actors", str(args.actors)]
+    cmd += ["--samples-per-insert", str(args.samples_per_insert), "--learner-device", device]
+    cmd += ["--target-return", "none", "--max-seconds", str(args.seconds + args.startup)]
+    cmd += ["--run-dir", str(run_dir)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    learning = [r for r in rows if r.get("learner_updates", 0) > 0]
+    steady = learning[len(learning) // 2 :]
+    if len(steady) < 2:
+        raise SystemExit(f"{algo} on {device}: too few samples after learning started")
+    first, last = steady[0], steady[-1]
+    rate = (last["learner_updates"] - first["learner_updates"]) / (
+        last["wall_seconds"] - first["wall_seconds"]
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {
+        "updates_per_s": rate,
+        "env_steps_per_s": (last["env_steps"] - first["env_steps"])
+        / (last["wall_seconds"] - first["wall_seconds"]),
+        "wait": statistics.median(r.get("learner_wait_fraction", 0.0) for r in steady),
+        "sample": statistics.median(r.get("learner_sample_fraction", 0.0) for r in steady),
+        "cpu": summary.get("cpu_seconds", {}),
+        "wall": summary.get("wall_seconds", 0.0),
+        "path": summary.get("learner_update_path"),
+    }
+
+
+def _cpu_line() -> str:
+    model, flags = platform.processor() or "unknown", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                flags = " ".join(f for f in ("avx2", "avx512f", "avx512_vnni") if f in have)
+                break
+    except OSError:
+        pass
+    return f"{model} ({flags}); load {Path('/proc/loadavg').read_text().split()[:3]}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algos", default="dqn,td3", help=f"comma-separated, of {sorted(CASES)}")
+    p.add_argument("--devices", default="cpu", help="comma-separated: cpu, cuda")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per arm")
+    p.add_argument("--startup", type=float, default=15.0, help="seconds added for start-up")
+    p.add_argument("--actors", type=int, default=1)
+    p.add_argument("--samples-per-insert", type=float, default=16.0)
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(alone_worker(args.worker, args.devices, args.seconds)))
+        return
+    algos = args.algos.split(",")
+    for algo in algos:
+        if algo not in CASES:
+            raise SystemExit(f"--algos: {algo!r} is not one of {sorted(CASES)}")
+    print(f"# learner service vs update alone; {_cpu_line()}")
+    print(f"# {args.actors} actor(s), samples per insert {args.samples_per_insert:g}")
+    print("| algo | device | path | alone upd/s | service upd/s | service/alone "
+          "| env steps/s | learner wait | learner sample | learner CPU/wall |")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
+        for rnd in range(args.rounds):
+            for algo in algos:
+                for device in args.devices.split(","):
+                    alone = _alone(algo, device, args.seconds)
+                    run_dir = Path(tmp) / f"{algo}-{device}-{rnd}"
+                    svc = _service(algo, device, args, run_dir)
+                    ratio = svc["updates_per_s"] / alone["updates_per_s"]
+                    ratios.append(ratio)
+                    cpu = svc["cpu"].get("learner", 0.0) / max(svc["wall"], 1e-9)
+                    print(
+                        f"| {algo} | {device} | {svc['path']} | {alone['updates_per_s']:,.0f} "
+                        f"| {svc['updates_per_s']:,.0f} | {ratio:.2f} "
+                        f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "
+                        f"| {svc['sample']:.2f} | {cpu:.2f} |",
+                        flush=True,
+                    )
+    print(f"service/alone min {min(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()
