@@ -284,6 +284,7 @@ class Learner:
         with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):  # for a check
             # This rank's ingested count: the run's lost-transitions check (launch.final).
             self.client.hset(self.keys.learner_ingested, str(self.dist.rank), self.reader.added)
+        self.update_step.flush_metrics()
         if self.publisher is None:
             return
         self.publisher.close()
