@@ -1,9 +1,11 @@
-"""actorq.study.stats against hand-computed cases and, where it imports, rliable itself."""
+"""actorq.study.stats against hand-computed cases and rliable itself (in its own side
+environment: scripts/rliable_env.sh)."""
 
 from __future__ import annotations
 
-import importlib.util
-import warnings
+import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,44 +72,27 @@ def test_compare_line_names_both_arms():
     assert stats.compare_or_none([float("nan")], [1.0], "a", "b") is None
 
 
-RLIABLE = all(importlib.util.find_spec(m) is not None for m in ("rliable", "arch"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(
-    not RLIABLE,
-    reason="rliable is not installed: rliable 1.2.0 pins arch<8, and arch 7 fails to import "
-    "with pandas 3 (ARCHITECTURE.md 'Documentation and statistics'); pip install rliable "
-    "arch==8.0.0 to run it",
-)
 def test_matches_rliable():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            from rliable import metrics
-        except (ImportError, TypeError) as exc:  # arch 7 with pandas 3: TypeError on import
-            pytest.skip(f"rliable is installed but does not import here: {exc!r}")
-
-    rng = np.random.default_rng(7)
-    x = rng.normal(100, 15, size=(10, 2))
-    y = rng.normal(95, 15, size=(8, 2))
-    assert stats.iqm(x) == pytest.approx(metrics.aggregate_iqm(x))
-    assert stats.probability_of_improvement(x, y, reps=10).point == pytest.approx(
-        metrics.probability_of_improvement(x, y)
+    """Against rliable 1.2.0 in the side environment it installs with (its arch<8 pin
+    cannot import beside pandas 3): scripts/rliable_env.sh makes it when missing."""
+    subprocess.run([str(ROOT / "scripts" / "rliable_env.sh")], check=True, timeout=900)
+    python = ROOT / ".venv-rliable" / "bin" / "python"
+    script = ROOT / "tests" / "unit" / "rliable_crosscheck.py"
+    out = subprocess.run(
+        [str(python), str(script)], capture_output=True, text=True, check=True, timeout=300
     )
-    # rliable's get_interval_estimates passes random_state to arch, which arch 8 refuses;
-    # with one task its StratifiedBootstrap is arch's IIDBootstrap over runs, so compare
-    # the interval with that directly.
-    from arch.bootstrap import IIDBootstrap
-
-    col = x[:, 0]
-    ref = IIDBootstrap(col, seed=0).conf_int(
-        lambda s: np.array([metrics.aggregate_iqm(s[:, None])]), reps=20_000, method="percentile"
-    )
-    ours = stats.bootstrap_ci(col)
-    spread = col.std()
-    # Same resampling scheme, different random draws: endpoints agree to bootstrap noise.
-    assert ours.low == pytest.approx(ref[0][0], abs=0.05 * spread)
-    assert ours.high == pytest.approx(ref[1][0], abs=0.05 * spread)
+    pairs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert pairs["iqm"][0] == pytest.approx(pairs["iqm"][1])
+    assert pairs["poi"][0] == pytest.approx(pairs["poi"][1])
+    assert pairs["point"][0] == pytest.approx(pairs["point"][1])
+    # Same resampling scheme (rliable's stratified bootstrap is arch's IID bootstrap over
+    # runs with one task), different random draws: endpoints agree to bootstrap noise.
+    spread = pairs["spread"]
+    assert pairs["ci_low"][0] == pytest.approx(pairs["ci_low"][1], abs=0.05 * spread)
+    assert pairs["ci_high"][0] == pytest.approx(pairs["ci_high"][1], abs=0.05 * spread)
 
 
 def test_table_rows_and_time_direction():
