@@ -6,7 +6,8 @@ by round; the table gives CPU milliseconds per update (process CPU time, so time
 descheduled on a shared machine does not count), updates/s and the fast/torch ratio.
 
 - torch: torch.optim.Adam(fused=True), nn.utils.clip_grad_norm_, autograd backward,
-  glibc's default allocator thresholds: the learner as it was before the fast path.
+  glibc's default allocator thresholds: the learner as it was before the fast path (the
+  tests' oracle, tests/unit/update_oracle.py, around the same `step`).
 - fast: FastAdam, direct foreach clipping, backward only into the stepped network,
   retain_freed_memory(): what the learner runs now. For DQN that is the whole update in
   numpy on flat parameter/gradient/Adam buffers (actorq.algos.dqn_flat, one thread).
@@ -94,7 +95,12 @@ def _build(index, fast, make_algorithm, load_algorithm_config):  # type: ignore[
 
     algo, obs, out, hidden, batch = CASES[index]
     config = load_algorithm_config(algo, {}, batch_size=batch)
-    learner = make_algorithm(algo, obs, out, hidden, config, fast=fast)
+    learner = make_algorithm(algo, obs, out, hidden, config)
+    if not fast:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+        from update_oracle import plain_torch
+
+        plain_torch(learner)
     batches = random_update_batches(algo, obs, out, batch, seed=index)
     return learner, batches
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from actorq.actor.stepper import VectorStepper
+from actorq.algos.capture import use_default_path
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.config import LearnerSettings
 from actorq.envs import describe_env, make_vector_env
@@ -184,7 +185,8 @@ def build(args: argparse.Namespace) -> tuple[DQNLearner, DQNConfig]:
         max_grad_norm=args.max_grad_norm,
         learning_starts=args.learning_starts,
     )
-    return DQNLearner(spec, config, seed=args.seed), config
+    # numpy-flat on one CPU thread, as make_algorithm (and the learner's auto path) gives
+    return use_default_path(DQNLearner(spec, config, seed=args.seed)), config
 
 
 def evaluate(

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from actorq.algos.optim import FastAdam, backward_step
+from actorq.algos.optim import Descend, FastAdam, descend
 from actorq.models.mlp import MLPSpec
 
 CONTINUOUS_BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
@@ -122,13 +122,6 @@ def weights_tensor(weights: np.ndarray | None, size: int, device: torch.device) 
     return w
 
 
-@torch.no_grad()
-def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
-    """target <- tau * online + (1 - tau) * target."""
-    for p_target, p_online in zip(target.parameters(), online.parameters(), strict=True):
-        p_target.lerp_(p_online, tau)
-
-
 def fp32_weights(module: nn.Module) -> dict[str, np.ndarray]:
     """fp32 contiguous copies of a module's state dict, keyed by name."""
     return {
@@ -137,31 +130,75 @@ def fp32_weights(module: nn.Module) -> dict[str, np.ndarray]:
     }
 
 
-def adam(module: nn.Module, lr: float, device: torch.device, fast: bool = True) -> torch.optim.Adam:
-    """Adam with the fused kernel (~3x faster than the per-tensor loop for small MLPs on CPU);
-    `fast` also skips its per-step Python work (FastAdam, bit-identical)."""
-    if fast:
-        return FastAdam(module.parameters(), lr=lr)
-    return torch.optim.Adam(module.parameters(), lr=lr, fused=device.type in ("cpu", "cuda"))
+def adam(module: nn.Module, lr: float, eps: float = 1e-8) -> FastAdam:
+    """Adam with the fused kernel (~3x faster than the per-tensor loop for small MLPs on CPU)
+    and a cached step (FastAdam, bit-identical)."""
+    return FastAdam(module.parameters(), lr=lr, eps=eps)
 
 
-def step(
-    optimizer: torch.optim.Optimizer, loss: torch.Tensor, module: nn.Module, max_norm: float
-) -> float:
-    """Backward, clip, step; returns the gradient norm before clipping.
+class Learner:
+    """What the update runners (actorq.algos.capture) need of an algorithm: its `step`.
 
-    With a FastAdam, the backward pass computes gradients of `module`'s parameters only
-    (an actor loss through a critic skips the critic's weight gradients) and clipping
-    calls the foreach kernels directly; the parameters come out bit-identical.
+    `step(x, flag, descend)` is the whole update written once, in torch: losses, one
+    `descend(optimizer, loss, max_norm)` per optimizer, the target update, and a dict of
+    0-d tensors named `step_names` (plus "td_abs" [B] for priorities). It is capturable:
+    static shapes, no host sync. `x` holds `step_keys` (weights and steps may be absent
+    on the eager path, ones on the captured ones); `flag` is `step_flag(n)` of update n,
+    a host-side schedule (TD3's delayed actor, DQN's target sync).
     """
-    if isinstance(optimizer, FastAdam):
-        params = optimizer.param_groups[0]["params"]
-        return float(backward_step(optimizer, loss, params, max_norm).item())
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    norm = nn.utils.clip_grad_norm_(module.parameters(), max_norm)
-    optimizer.step()
-    return float(norm.item())
+
+    step_keys: tuple[str, ...] = (*CONTINUOUS_BATCH_KEYS, "steps", "weights")
+    step_names: tuple[str, ...] = ("loss", "q_mean", "grad_norm", "actor_loss")
+    step_counts_updates = True  # each step is one update (not one of PPO's minibatches)
+    descend: Descend = staticmethod(descend)  # the eager path's optimizer step
+    _num_updates = 0
+
+    @property
+    def num_updates(self) -> int:
+        """Learner updates done so far (also the policy version the learner would publish)."""
+        return self._num_updates
+
+    def load_counters(self, num_updates: int) -> None:
+        """Set the update count (schedules follow it) without other state."""
+        self._num_updates = int(num_updates)
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every optimizer `step` descends with, in a fixed order."""
+        raise NotImplementedError
+
+    def target_tensors(self) -> list[torch.Tensor]:
+        """What `step` mutates besides the optimizers' parameters and state (targets)."""
+        return []
+
+    def step_flag(self, n: int) -> bool:
+        """The static flag of update number n (1-based)."""
+        return False
+
+    def before_update(self, n: int) -> None:
+        """Host work before update n (a learning-rate schedule)."""
+
+    def step(self, x: Mapping[str, torch.Tensor], flag: bool, descend: Descend) -> dict:
+        raise NotImplementedError
+
+    def run_step(self, x: Mapping[str, torch.Tensor], descend: Descend | None = None) -> dict:
+        """One update on the eager path: `step` with the host schedule around it."""
+        n = self._num_updates + 1
+        self.before_update(n)
+        out = self.step(x, self.step_flag(n), descend or self.descend)
+        self._num_updates = n
+        return out
+
+
+def continuous_result(out: Mapping[str, torch.Tensor]) -> ContinuousUpdate:
+    """A step's outputs as the ContinuousUpdate the learner loop reads."""
+    actor_loss = out.get("actor_loss")
+    return ContinuousUpdate(
+        loss=float(out["loss"]),
+        q_mean=float(out["q_mean"]),
+        td_abs=out["td_abs"].cpu().numpy(),
+        grad_norm=float(out["grad_norm"]),
+        actor_loss=float("nan") if actor_loss is None else float(actor_loss),
+    )
 
 
 def normalized(t: dict[str, torch.Tensor], rms: Any) -> dict[str, torch.Tensor]:

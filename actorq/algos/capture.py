@@ -1,10 +1,11 @@
-"""Update paths of a learner: which code runs `algo.update`, and the runners of the
-captured step (actorq.algos.capture_steps).
+"""Update paths of a learner: which runner calls the algorithm's one `step`.
 
-- numpy-flat: DQN's numpy update on flat buffers (actorq.algos.dqn_flat); CPU only.
-- torch-eager: eager torch. Left as the default, that is the algorithm's own `update`;
-  chosen explicitly, the capturable step called directly (same maths, tested equal).
-- cuda-graph: the capturable step captured once per static flag as a torch.cuda.CUDAGraph
+- torch-eager: the algorithm's own `update`, which calls its `step` eagerly (FastAdam,
+  the hooks of `optimizer.step()` included); `install_runner(algo, "torch-eager")` runs
+  the same step through CapturedUpdate instead (static inputs, readback ring).
+- numpy-flat: DQN's update in numpy on flat buffers (actorq.algos.dqn_flat), CPU only;
+  DQN's default where it applies (`make_algorithm` installs it), pinned to `step` by tests.
+- cuda-graph: the step captured once per static flag as a torch.cuda.CUDAGraph
   (warmed up on a side stream, state restored, captured, then replayed); CUDA only.
 - compiled: torch.compile(mode="reduce-overhead") of the step on CUDA, default mode on
   CPU; optional (needs a working inductor toolchain), never the default.
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from actorq.algos.capture_steps import Program, Readback, program_for
+from actorq.algos.dqn_flat import FlatDQNUpdate, flat_unsupported
 from actorq.algos.feed import BatchFeeder, DeviceReplay
 
 UPDATE_PATHS = ("numpy-flat", "torch-eager", "cuda-graph", "compiled")
@@ -34,11 +36,16 @@ _ATTR = "_captured_update"
 
 
 def default_update_path(algo: Any) -> str:
-    """The path an algorithm takes when nothing was applied (what it does today)."""
-    flat = getattr(algo, "_flat", None)
-    if flat is not None and getattr(algo, "grad_sync", None) is None:
-        return "numpy-flat"
-    return "torch-eager"
+    """The path `make_algorithm` puts an algorithm on: numpy-flat where it applies (DQN on
+    one CPU thread), torch-eager (the algorithm's own update) otherwise."""
+    return "numpy-flat" if flat_unsupported(algo) is None else "torch-eager"
+
+
+def use_default_path(algo: Any) -> Any:
+    """Put a fresh `algo` on its default path; returns it."""
+    if default_update_path(algo) != "torch-eager":
+        install_runner(algo, default_update_path(algo))
+    return algo
 
 
 def _unsupported(algo: Any) -> str | None:
@@ -51,8 +58,7 @@ def _unsupported(algo: Any) -> str | None:
         return "obs_norm updates running statistics on the host every batch"
     if getattr(algo, "grad_sync", None) is not None:
         return "data-parallel learners all-reduce gradients between backward and step"
-    optimizers = [v for v in vars(algo).values() if isinstance(v, torch.optim.Optimizer)]
-    if any(o._optimizer_step_pre_hooks or o._optimizer_step_post_hooks for o in optimizers):
+    if any(o._optimizer_step_pre_hooks or o._optimizer_step_post_hooks for o in algo.optimizers()):
         # The step calls the fused kernel directly: hooks (RLx2's mask re-application)
         # would not run.
         return "an optimizer has step hooks (RLx2 sparse training) the captured step skips"
@@ -66,13 +72,12 @@ def _compile_works(device: torch.device) -> bool:
 
 
 def available_update_paths(algo: Any) -> tuple[str, ...]:
-    """The paths this algorithm object can take on its device, default first."""
-    default = default_update_path(algo)
-    paths = [default]
+    """The paths this algorithm object can take on its device, in UPDATE_PATHS order."""
+    paths = ["torch-eager"]
+    if flat_unsupported(algo) is None:
+        paths.append("numpy-flat")
     if _unsupported(algo) is None:
         device = algo.device
-        if "torch-eager" not in paths:
-            paths.append("torch-eager")
         if device.type == "cuda" and torch.cuda.is_available():
             paths.append("cuda-graph")
         if _compile_works(device):
@@ -84,19 +89,21 @@ def captured_runner(algo: Any) -> CapturedUpdate | None:
     """The CapturedUpdate behind `algo.update` (None on the default path); on-policy
     learners are left out: their update is a whole batch of minibatch steps."""
     runner = algo.__dict__.get(_ATTR)
-    return runner if runner is not None and runner.program.counts_updates else None
+    if isinstance(runner, CapturedUpdate) and runner.program.counts_updates:
+        return runner
+    return None
 
 
 def current_update_path(algo: Any) -> str:
     runner = algo.__dict__.get(_ATTR)
-    return runner.path if runner is not None else default_update_path(algo)
+    return runner.path if runner is not None else "torch-eager"
 
 
 def apply_update_path(algo: Any, path: str, readback_every: int = 64) -> str:
     """Switch `algo` to `path` (one of UPDATE_PATHS); returns the path now used.
 
-    The default path removes any runner (the algorithm's own update again); any other
-    path installs a `CapturedUpdate` behind `algo.update`.
+    torch-eager removes any runner (the algorithm's own update again); any other path
+    installs its runner behind `algo.update`.
     """
     available = available_update_paths(algo)
     if path not in available:
@@ -107,15 +114,19 @@ def apply_update_path(algo: Any, path: str, readback_every: int = 64) -> str:
             f"available: {', '.join(available)}" + (f" ({why})" if why else "")
         )
     _remove(algo)
-    if path != default_update_path(algo):
+    if path != "torch-eager":
         install_runner(algo, path, readback_every)
     return path
 
 
-def install_runner(algo: Any, path: str, readback_every: int = 64, k: int = 1) -> CapturedUpdate:
-    """Put a CapturedUpdate behind `algo.update` even where `path` is the default (tests
-    and bench_learner run the capturable step eagerly this way, against the default)."""
+def install_runner(algo: Any, path: str, readback_every: int = 64, k: int = 1) -> Any:
+    """Put `path`'s runner behind `algo.update`; for torch-eager a CapturedUpdate that calls
+    the step eagerly (tests and bench_learner compare it with the algorithm's own update)."""
     _remove(algo)
+    if path == "numpy-flat":
+        flat = algo.__dict__[_ATTR] = FlatDQNUpdate(algo)
+        algo.update = flat.update
+        return flat
     runner = CapturedUpdate(algo, path, readback_every=readback_every)  # k=1: one batch
     algo.__dict__[_ATTR] = runner
     # An instance attribute shadows the class's update: same signature, same result.
@@ -128,12 +139,10 @@ def _remove(algo: Any) -> None:
     if algo.__dict__.pop(_ATTR, None) is None:
         return
     algo.__dict__.pop("update", None)
-    flat = getattr(algo, "_flat", None)
-    if flat is not None:
-        flat.state_ready = False  # re-adopt Adam's state before the next numpy update
-    for opt in [v for v in vars(algo).values() if isinstance(v, torch.optim.Optimizer)]:
-        if getattr(opt, "_cache", None) is not None:
-            setattr(opt, "_cache", None)  # noqa: B010 (FastAdam's cached lists)
+    for opt in algo.optimizers():
+        forget = getattr(opt, "forget_state_lists", None)
+        if forget is not None:
+            forget()  # FastAdam's cached lists may hold state a runner replaced
 
 
 @dataclass(frozen=True)
@@ -204,7 +213,7 @@ class CapturedUpdate:
         self._set_lrs(first)
         self._run(flags)
         if self.program.counts_updates:
-            self.algo._num_updates += self.k
+            self.algo.load_counters(self.algo.num_updates + self.k)
         self._written += self.k
         self._slot = (self._slot + self.k) % self.slots
         self._queue_td_copy()
@@ -402,7 +411,7 @@ def _onpolicy_update(runner: CapturedUpdate, batch: Mapping[str, Any], weights: 
     flat, stats = algo.prepare(batch)
     for minibatch in algo.minibatches(flat):
         runner.submit([minibatch])
-    algo._num_updates += 1
+    algo.load_counters(algo.num_updates + 1)
     rows: list[Any] = runner.drain()
     names = runner.program.names
     mean = np.mean(np.array([[r[n] for n in names] for r in rows]), axis=0)

@@ -21,17 +21,18 @@ from torch import nn
 from actorq.algos.base import (
     ContinuousUpdate,
     Critic,
+    Learner,
     adam,
     batch_tensors,
     bootstrap_discount,
     check_field,
+    continuous_result,
     fp32_weights,
     normalized,
-    soft_update,
-    step,
     weights_tensor,
     with_input_norm,
 )
+from actorq.algos.optim import Descend, sync_targets
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.normalize import RunningMeanStd
 
@@ -87,7 +88,7 @@ class DDPGConfig:
         )
 
 
-class DDPGLearner:
+class DDPGLearner(Learner):
     """Owns actor, critic(s), their targets and optimizers; one `update` per batch."""
 
     num_critics = 1
@@ -100,7 +101,6 @@ class DDPGLearner:
         config: DDPGConfig,
         device: str = "cpu",
         seed: int = 0,
-        fast: bool = True,
     ) -> None:
         self.config = config
         self.act_dim = act_dim
@@ -118,8 +118,10 @@ class DDPGLearner:
             ).to(self.device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
-        self.actor_opt = adam(self.actor, config.actor_lr, self.device, fast)
-        self.critic_opt = adam(self.critics, config.critic_lr, self.device, fast)
+        self.actor_opt = adam(self.actor, config.actor_lr)
+        self.critic_opt = adam(self.critics, config.critic_lr)
+        self._targets = [*self.actor_target.parameters(), *self.critics_target.parameters()]
+        self._online = [*self.actor.parameters(), *self.critics.parameters()]
         self._num_updates = 0
         self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
         self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None
@@ -127,9 +129,15 @@ class DDPGLearner:
     def _make_critic(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...]) -> nn.Module:
         return Critic(obs_dim, act_dim, hidden)
 
-    @property
-    def num_updates(self) -> int:
-        return self._num_updates
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.critic_opt, self.actor_opt]
+
+    def target_tensors(self) -> list[torch.Tensor]:
+        return self._targets
+
+    def step_flag(self, n: int) -> bool:
+        """Whether update n also steps the actor and the targets (TD3: every policy_delay-th)."""
+        return True
 
     # --- one update -----------------------------------------------------------------------
     def update(
@@ -137,21 +145,22 @@ class DDPGLearner:
     ) -> ContinuousUpdate:
         """One critic step (and an actor step when due) on `batch`; `weights` are IS weights."""
         t = normalized(batch_tensors(batch, self.act_dim, self.device), self.obs_rms)
-        w = weights_tensor(weights, t["obs"].shape[0], self.device)
-        loss, q, td_abs = self._critic_loss(t, w)
-        grad_norm = step(self.critic_opt, loss, self.critics, self.config.max_grad_norm)
-        self._num_updates += 1
-        actor_loss = float("nan")
-        if self._actor_due():
-            actor_loss = self._update_actor(t["obs"])
-            self._update_targets()
-        return ContinuousUpdate(
-            loss=float(loss.item()),
-            q_mean=float(q.mean().item()),
-            td_abs=td_abs.cpu().numpy(),
-            grad_norm=grad_norm,
-            actor_loss=actor_loss,
-        )
+        t["weights"] = weights_tensor(weights, t["obs"].shape[0], self.device)
+        return continuous_result(self.run_step(t))
+
+    def step(self, x: Mapping[str, torch.Tensor], flag: bool, descend: Descend) -> dict:
+        """Critic step; with `flag`, the actor step and the Polyak update of both targets."""
+        cfg = self.config
+        loss, q, td_abs = self._critic_loss(x, x["weights"])
+        grad_norm = descend(self.critic_opt, loss, cfg.max_grad_norm)
+        out = {"loss": loss.detach(), "q_mean": q.mean(), "grad_norm": grad_norm, "td_abs": td_abs}
+        if flag:
+            obs = x["obs"]
+            actor_loss = -self._actor_q(obs, self.actor(obs)).mean()
+            descend(self.actor_opt, actor_loss, cfg.max_grad_norm)
+            sync_targets(self._targets, self._online, cfg.tau)
+            out["actor_loss"] = actor_loss.detach()
+        return out
 
     def _critic_loss(
         self, t: Mapping[str, torch.Tensor], w: torch.Tensor
@@ -175,20 +184,8 @@ class DDPGLearner:
     def _target_action(self, next_obs: torch.Tensor) -> torch.Tensor:
         return self.actor_target(next_obs)
 
-    def _actor_due(self) -> bool:
-        return True
-
-    def _update_actor(self, obs: torch.Tensor) -> float:
-        loss = -self._actor_q(obs, self.actor(obs)).mean()
-        step(self.actor_opt, loss, self.actor, self.config.max_grad_norm)
-        return float(loss.item())
-
     def _actor_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.critics[0](obs, action)
-
-    def _update_targets(self) -> None:
-        soft_update(self.actor_target, self.actor, self.config.tau)
-        soft_update(self.critics_target, self.critics, self.config.tau)
 
     # --- what leaves the learner ---------------------------------------------------------
     @torch.no_grad()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.dqn_flat import FlatDQNUpdate, multi_step
-from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate
-from actorq.algos.optim import FastAdam, clip_grad_norm
+from actorq.algos.base import Learner, weights_tensor
+from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate, multi_step
+from actorq.algos.optim import Descend, FastAdam, sync_targets
 from actorq.models.cnn import CNNSpec, build_network
 from actorq.models.mlp import MLPSpec, QNetwork
 from actorq.models.mlp_grad import (
@@ -76,8 +77,8 @@ class DQNConfig:
     learning_starts: int = 1_000
     """Transitions the replay must hold before the learner starts updating."""
     flat: bool = True
-    """The numpy update on flat buffers (actorq.algos.dqn_flat) where it applies: one CPU
-    thread, plain fp32 MLP, one learner; false = torch's path (same maths to rounding)."""
+    """Offer the numpy-flat update path (actorq.algos.dqn_flat) where it applies: one CPU
+    thread, plain fp32 MLP, one learner; false = torch's step only (same maths to rounding)."""
     qat_bits: int = 0
     """Quantization-aware training: 2..8 trains the online net through fake-quantized
     weights at that width (straight-through estimator); 0 = off."""
@@ -116,11 +117,14 @@ def _check(ok: bool, field: str, expected: str, value: object) -> None:
         raise ValueError(f"DQNConfig.{field} must be {expected}, got {value!r}")
 
 
-class DQNLearner:
+class DQNLearner(Learner):
     """Owns the online/target Q-networks and the optimizer; one `update` per batch.
 
     `spec` an MLPSpec (flat observations) or a CNNSpec (pixel envs: the zoo's CNN as the
     Q-network, broadcast through the same CNN blob path as PPO's policy)."""
+
+    step_keys = (*BATCH_KEYS, "steps", "weights")
+    step_names = ("loss", "q_mean", "grad_norm")
 
     def __init__(
         self,
@@ -128,7 +132,6 @@ class DQNLearner:
         config: DQNConfig,
         device: str = "cpu",
         seed: int = 0,
-        fast: bool = True,
     ) -> None:
         pixels = isinstance(spec, CNNSpec)
         if pixels and config.qat_bits:
@@ -146,121 +149,87 @@ class DQNLearner:
         self.target = build_network(spec).to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.requires_grad_(False)
-        # The fused kernel is ~3x faster than the per-tensor loop for small MLPs on CPU;
-        # FastAdam also skips Adam.step's per-call Python work (bit-identical results).
-        self.fast = fast
-        self.optimizer = (
-            FastAdam(self.online.parameters(), lr=config.lr, eps=config.adam_eps)
-            if fast
-            else torch.optim.Adam(
-                self.online.parameters(),
-                lr=config.lr,
-                eps=config.adam_eps,
-                fused=self.device.type in ("cpu", "cuda"),
-            )
-        )
+        self.optimizer = FastAdam(self.online.parameters(), lr=config.lr, eps=config.adam_eps)
         self._params = list(self.online.parameters())
+        self._target_params = list(self.target.parameters())
         # Hand-written backward for plain MLPs: same gradients, a fraction of the op count.
-        # It and the numpy update below (dqn_flat) write out MLP maths only, so a CNN
-        # Q-network is sent down torch's autograd path here, explicitly.
+        # It writes out MLP maths only, so a CNN or fake-quantized Q-network takes autograd.
         self._layers = [] if pixels else linear_layers(self.online)
         self._target_layers = [] if pixels else linear_layers(self.target)
-        self._manual_grad = fast and not pixels and supports_manual_grad(self.online)
-        # The whole update in numpy on flat buffers (dqn_flat): ~3x fewer microseconds
-        # than the torch ops above at CartPole's sizes; None where it does not apply.
-        self._flat = FlatDQNUpdate.build(self) if self._manual_grad and config.flat else None
+        self.manual_grad = not pixels and supports_manual_grad(self.online)
         self._num_updates = 0
         # Data-parallel learners set this to average gradients across ranks before each step.
         self.grad_sync: Callable[[list[nn.Parameter]], None] | None = None
 
-    @property
-    def num_updates(self) -> int:
-        """Learner updates done so far (also the policy version the learner would publish)."""
-        return self._num_updates
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def target_tensors(self) -> list[torch.Tensor]:
+        return self._target_params
+
+    def step_flag(self, n: int) -> bool:
+        """Whether update n ends with a target sync."""
+        return n % self.config.target_update_every == 0
+
+    def before_update(self, n: int) -> None:
+        if self.config.lr_final > 0:  # the schedule reads the count before the update
+            self.optimizer.param_groups[0]["lr"] = self.lr_at(n - 1)
 
     def update(
         self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
     ) -> DQNUpdate:
         """One gradient step on `batch`; `weights` are importance-sampling weights [B]."""
-        flat = self._flat
-        # Parallel learners average torch gradients (grad_sync): they keep the torch path.
-        if flat is not None and self.grad_sync is None and flat.usable():
-            result = flat.update(batch, weights)
-            self._num_updates += 1
-            if self._num_updates % self.config.target_update_every == 0:
-                self.sync_target()
-            return result
         t = self._to_tensors(batch)
-        w = None if weights is None else self._weights_tensor(weights, t["action"].shape[0])
-        if self._manual_grad:
-            q, target, loss = self._backward_manual(t, w)
-        else:
-            q, target, loss = self._backward_autograd(t, w)
-        if self.grad_sync is not None:
-            self.grad_sync(self._params)
-        if self.fast:
-            grads = [p.grad for p in self._params if p.grad is not None]
-            grad_norm = clip_grad_norm(grads, self.config.max_grad_norm)
-        else:
-            grad_norm = nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
-        self._apply_lr_schedule()
-        self.optimizer.step()
-        if flat is not None:
-            flat.state_ready = False  # torch's step may have created Adam's state anew
-        self._num_updates += 1
-        if self._num_updates % self.config.target_update_every == 0:
-            self.sync_target()
+        if weights is not None:
+            t["weights"] = weights_tensor(weights, t["action"].shape[0], self.device)
+        sync = self.grad_sync
+        out = self.run_step(t, None if sync is None else partial(self.descend, grad_sync=sync))
+        td_abs = out["td_abs"]
         return DQNUpdate(
-            loss=float(loss.item()),
-            q_mean=float(q.mean().item()),
-            td_abs=(target - q).abs().numpy()
-            if q.device.type == "cpu"
-            else (target - q).abs().cpu().numpy(),
-            grad_norm=float(grad_norm.item()),
+            loss=float(out["loss"]),
+            q_mean=float(out["q_mean"]),
+            td_abs=td_abs.numpy() if td_abs.device.type == "cpu" else td_abs.cpu().numpy(),
+            grad_norm=float(out["grad_norm"]),
         )
+
+    def step(self, x: Mapping[str, torch.Tensor], flag: bool, descend: Descend) -> dict:
+        """Huber TD loss, one Adam step, the target sync when `flag`."""
+        delta, w = self.config.huber_delta, x.get("weights")
+        target = self.td_target(x["reward"], x["next_obs"], x["done"], x.get("steps"))
+        if self.manual_grad:  # d(mean huber)/dq = clamp(q - target, -delta, delta) * w / B
+            with torch.no_grad():
+                acts = forward_keep(self._layers, x["obs"])
+                index = x["action"].unsqueeze(1)
+                q = acts[-1].gather(1, index).squeeze(1)
+                per_item = F.huber_loss(q, target, reduction="none", delta=delta)
+                loss = per_item.mean() if w is None else (per_item * w).mean()
+                scale = 1.0 / q.shape[0] if w is None else w * (1.0 / q.shape[0])
+                dq = (q - target).clamp_(-delta, delta).mul_(scale)
+                grad_out = torch.zeros_like(acts[-1]).scatter_(1, index, dq.unsqueeze(1))
+                backward_into(self._layers, acts, grad_out)
+            grad_norm = descend(self.optimizer, None, self.config.max_grad_norm)
+        else:
+            q = self.online(x["obs"]).gather(1, x["action"].unsqueeze(1)).squeeze(1)
+            per_item = F.huber_loss(q, target, reduction="none", delta=delta)
+            loss = per_item.mean() if w is None else (per_item * w).mean()
+            grad_norm = descend(self.optimizer, loss, self.config.max_grad_norm)
+            q, loss = q.detach(), loss.detach()
+        if flag:
+            sync_targets(self._target_params, self._params, self.config.tau)
+        td_abs = (target - q).abs()
+        return {"loss": loss, "q_mean": q.mean(), "grad_norm": grad_norm, "td_abs": td_abs}
 
     def current_lr(self) -> float:
         """The learning rate of the next update (lr_final schedule applied)."""
+        return self.lr_at(self._num_updates)
+
+    def lr_at(self, done: int) -> float:
+        """The learning rate of the update after `done` updates."""
         cfg = self.config
         if cfg.lr_final <= 0:
             return cfg.lr
-        frac = min(1.0, self._num_updates / cfg.lr_decay_updates)
+        frac = min(1.0, done / cfg.lr_decay_updates)
         return cfg.lr + frac * (cfg.lr_final - cfg.lr)
-
-    def _apply_lr_schedule(self) -> None:
-        if self.config.lr_final > 0:
-            self.optimizer.param_groups[0]["lr"] = self.current_lr()
-
-    def _backward_autograd(
-        self, t: Mapping[str, torch.Tensor], w: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Loss and gradients through autograd; returns (Q(s,a) detached, target, loss)."""
-        q = self.online(t["obs"]).gather(1, t["action"].unsqueeze(1)).squeeze(1)
-        target = self.td_target(t["reward"], t["next_obs"], t["done"], t.get("steps"))
-        per_item = F.huber_loss(q, target, reduction="none", delta=self.config.huber_delta)
-        loss = per_item.mean() if w is None else (per_item * w).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        return q.detach(), target, loss.detach()
-
-    @torch.no_grad()
-    def _backward_manual(
-        self, t: Mapping[str, torch.Tensor], w: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The same loss and gradients as `_backward_autograd`, written out (mlp_grad)."""
-        acts = forward_keep(self._layers, t["obs"])
-        index = t["action"].unsqueeze(1)
-        q = acts[-1].gather(1, index).squeeze(1)
-        target = self.td_target(t["reward"], t["next_obs"], t["done"], t.get("steps"))
-        delta = self.config.huber_delta
-        per_item = F.huber_loss(q, target, reduction="none", delta=delta)
-        loss = per_item.mean() if w is None else (per_item * w).mean()
-        # d(mean huber)/dq = clamp(q - target, -delta, delta) * w / B
-        scale = 1.0 / q.shape[0] if w is None else w * (1.0 / q.shape[0])
-        dq = (q - target).clamp_(-delta, delta).mul_(scale)
-        grad_out = torch.zeros_like(acts[-1]).scatter_(1, index, dq.unsqueeze(1))
-        backward_into(self._layers, acts, grad_out)
-        return q, target, loss
 
     @torch.no_grad()
     def td_target(
@@ -283,22 +252,11 @@ class DQNLearner:
 
     def _q(self, net: nn.Module, layers: list[nn.Linear], obs: torch.Tensor) -> torch.Tensor:
         # Functional forward skips nn.Module call overhead; same ops, same values.
-        return mlp_forward(layers, obs) if self._manual_grad else net(obs)
+        return mlp_forward(layers, obs) if self.manual_grad else net(obs)
 
-    @torch.no_grad()
     def sync_target(self) -> None:
         """Move the target net towards the online net by `tau` (a copy when tau == 1)."""
-        tau = self.config.tau
-        if self._flat is not None:
-            self._flat.sync_target(tau)  # one op on the flat buffers
-            return
-        for p_target, p_online in zip(
-            self.target.parameters(), self.online.parameters(), strict=True
-        ):
-            if tau == 1.0:
-                p_target.copy_(p_online)  # exact, unlike lerp_ with weight 1
-            else:
-                p_target.lerp_(p_online, tau)
+        sync_targets(self._target_params, self._params, self.config.tau)
 
     @torch.no_grad()
     def q_values(self, obs: np.ndarray) -> np.ndarray:
@@ -320,7 +278,7 @@ class DQNLearner:
     @torch.no_grad()
     def load_policy_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Set the online and the target net to `weights` (as `policy_weights` gives them),
-        in place, so the flat update's views of the parameters stay valid."""
+        in place, so the numpy-flat runner's views of the parameters stay valid."""
         state = {name: torch.from_numpy(np.asarray(w)) for name, w in weights.items()}
         self.online.load_state_dict(state)
         self.target.load_state_dict(state)
@@ -329,10 +287,6 @@ class DQNLearner:
     def weights_checksum(self) -> float:
         """Sum of |w| over the online net: equal on data-parallel ranks that stay in sync."""
         return float(sum(p.double().abs().sum().item() for p in self.online.parameters()))
-
-    def load_counters(self, num_updates: int) -> None:
-        """Set the update count (target syncs are scheduled by it) without other state."""
-        self._num_updates = int(num_updates)
 
     def prime_optimizer(self) -> None:
         """Create Adam's per-parameter state with a zero-gradient step (parameters unchanged).
@@ -346,8 +300,6 @@ class DQNLearner:
             p.grad = torch.zeros_like(p)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self._flat is not None:
-            self._flat.state_ready = False
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
@@ -363,8 +315,6 @@ class DQNLearner:
         self.online.load_state_dict(state["online"])
         self.target.load_state_dict(state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if self._flat is not None:
-            self._flat.state_ready = False  # the next flat update adopts the loaded state
         self._num_updates = int(state["num_updates"])
 
     def _to_tensors(self, batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -379,9 +329,3 @@ class DQNLearner:
             if v.shape[0] != size:
                 raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch['action'] has {size}")
         return out
-
-    def _weights_tensor(self, weights: np.ndarray, size: int) -> torch.Tensor:
-        w = torch.as_tensor(np.asarray(weights), dtype=torch.float32, device=self.device)
-        if w.shape != (size,):
-            raise ValueError(f"weights must have shape ({size},), got {tuple(w.shape)}")
-        return w

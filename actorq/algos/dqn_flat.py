@@ -1,4 +1,6 @@
-"""DQN's whole update for a plain fp32 MLP on CPU in numpy, on one flat parameter buffer.
+"""The numpy-flat update path: DQN's whole update for a plain fp32 MLP on CPU in numpy,
+on one flat parameter buffer. A runner beside the captured ones (actorq.algos.capture):
+`apply_update_path(dqn, "numpy-flat")` puts it behind `dqn.update`.
 
 At CartPole's sizes (64x64 MLP, batch 128) an update is a few MFLOP and its time is per-op
 framework overhead: ~70 small ops at 3-5 us each through torch against ~1 us through
@@ -13,13 +15,14 @@ works on views of the same memory via `.numpy()`). So `state_dict`, checkpoints 
 path's load into the other), `policy_weights` and the torch fallback path keep working
 unchanged, and Adam, clipping and a target sync are a few ops on one array each.
 
-The maths is the torch path's (tests/unit/test_dqn_flat_update.py): Huber with delta,
-(double) DQN target, importance weights, clip_grad_norm_ semantics, Adam with eps and
-bias correction as in torch's fused kernel; only summation orders differ (BLAS vs MKL),
-so results agree to float rounding, not bit for bit.
+The maths is `DQNLearner.step`'s, written again in numpy for speed (0.21 against 0.94 ms
+per 64x64 update); tests/unit/test_dqn_flat_update.py pins it to that step: Huber with
+delta, (double) DQN target, importance weights, clip_grad_norm_ semantics, Adam with eps
+and bias correction as in torch's fused kernel; only summation orders differ (BLAS vs
+MKL), so results agree to float rounding, not bit for bit.
 
-It runs on one thread (numpy's OpenBLAS is set to one thread); a learner given more torch
-threads, a QAT or non-CPU learner, and parallel learners (grad_sync) keep the torch path.
+It runs on one thread (numpy's OpenBLAS is set to one thread); updates while torch has
+more threads, or of a data-parallel learner (grad_sync), run the learner's own step.
 """
 
 from __future__ import annotations
@@ -29,44 +32,53 @@ import functools
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from actorq.algos.dqn_update import BATCH_KEYS, DQNLearnerParts, DQNUpdate
+from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate, multi_step
 from actorq.models.mlp_grad import linear_layers
 
 
+def flat_unsupported(learner: Any) -> str | None:
+    """Why this path cannot run `learner`, or None when it can: it is DQN's, for a
+    plain fp32 MLP (no QAT, no tanh output, no CNN) on CPU with a one-group Adam, a
+    numpy whose BLAS thread count can be set, DQNConfig.flat on, one learner."""
+    if not hasattr(learner, "manual_grad") or not hasattr(learner, "target"):
+        return f"numpy-flat is DQN's update, not {type(learner).__name__}'s"
+    online, opt = learner.online, learner.optimizer
+    params = list(online.parameters())
+    group = opt.param_groups[0]
+    if not learner.config.flat:
+        return "DQNConfig.flat (ACTORQ_DQN_FLAT) is off"
+    if learner.grad_sync is not None:
+        return "data-parallel learners all-reduce torch gradients"
+    if (
+        learner.device.type != "cpu"
+        or not learner.manual_grad
+        or len(params) != 2 * len(linear_layers(online))  # weight and bias per layer
+        or any(p.dtype != torch.float32 for p in params)
+        or len(opt.param_groups) != 1
+        or group["weight_decay"]
+        or group["amsgrad"]
+        or group["maximize"]
+    ):
+        return "numpy-flat covers plain fp32 MLP Q-networks on CPU only"
+    if _openblas_setter() is None:
+        return "numpy's BLAS is not an OpenBLAS whose thread count can be set"
+    return None
+
+
 class FlatDQNUpdate:
-    """The numpy update of one `DQNLearner`; build with `FlatDQNUpdate.build(learner)`."""
+    """The numpy-flat runner of one `DQNLearner` (where `flat_unsupported(learner)` is None)."""
 
-    @classmethod
-    def build(cls, learner: DQNLearnerParts) -> FlatDQNUpdate | None:
-        """The flat update for `learner`, or None where it does not apply (the learner then
-        keeps its torch path): QAT, a tanh output, non-CPU devices, non-fp32 weights,
-        a numpy whose BLAS thread count cannot be set, a non-standard optimizer. Per
-        update, `usable` can still send an update down the torch path."""
-        online, opt = learner.online, learner.optimizer
-        params = list(online.parameters())
-        group = opt.param_groups[0]
-        if (
-            learner.device.type != "cpu"
-            or online.weight_bits is not None
-            or online.spec.output_activation != "none"
-            or len(params) != 2 * len(linear_layers(online))  # weight and bias per layer
-            or any(p.dtype != torch.float32 for p in params)
-            or not isinstance(opt, torch.optim.Adam)
-            or len(opt.param_groups) != 1
-            or list(map(id, group["params"])) != list(map(id, params))
-            or group["weight_decay"]
-            or group["amsgrad"]
-            or group["maximize"]
-            or _openblas_setter() is None
-        ):
-            return None
-        return cls(learner)
+    path = "numpy-flat"
 
-    def __init__(self, learner: DQNLearnerParts) -> None:
+    def __init__(self, learner: Any) -> None:
+        why = flat_unsupported(learner)
+        if why is not None:
+            raise ValueError(f"update path 'numpy-flat': {why}")
         self.learner = learner
         self.params = list(learner.online.parameters())
         n = sum(p.numel() for p in self.params)
@@ -79,9 +91,10 @@ class FlatDQNUpdate:
         self.exp_avg = torch.zeros(n)
         self.exp_avg_sq = torch.zeros(n)
         self.steps = torch.zeros(len(self.params))  # Adam's per-parameter step (fused: fp32)
-        # Adam's state is created on the first update, as torch's Adam does, so that
-        # `prime_optimizer` and state dicts of fresh learners stay as they were.
-        self.state_ready, self.uniform_steps = False, True
+        # Adam's state is adopted on the first update (created there, as torch's Adam
+        # does, so `prime_optimizer` and state dicts of fresh learners stay as they were).
+        self.uniform_steps = True
+        self._adopted: list[torch.Tensor] = []
         # numpy views of the same memory
         self.np_flat, self.np_grad = self.flat.numpy(), self.grad_flat.numpy()
         self.np_avg, self.np_avg_sq = self.exp_avg.numpy(), self.exp_avg_sq.numpy()
@@ -101,8 +114,8 @@ class FlatDQNUpdate:
         """Point Adam's state at the flat buffers, copying in whatever state it holds (a
         loaded checkpoint's tensors, or nothing yet: zeros and step 0, as a fresh Adam).
 
-        Runs before the first flat update and again after anything else may have replaced
-        or stepped the state: load_state_dict, prime_optimizer, a torch-path update.
+        Runs before the first flat update and again whenever Adam holds other state tensors
+        (load_state_dict, prime_optimizer of a fresh learner, a captured runner).
         """
         state = self.learner.optimizer.state
         # Clones first: the old state may already be views of the buffers zeroed below.
@@ -132,27 +145,49 @@ class FlatDQNUpdate:
             )
         ):
             state[p] = {"step": steps[i], "exp_avg": avg, "exp_avg_sq": avg_sq}
+        self._adopted = [state[p]["step"] for p in self.params]
         # One step count drives the bias correction below; per-parameter counts that differ
-        # (never from DQN's own updates, every parameter gets a gradient) keep torch's path.
+        # (never from DQN's own updates, every parameter gets a gradient) keep torch's step.
         self.uniform_steps = bool((steps == steps[0]).all()) if len(steps) else True
-        if getattr(self.learner.optimizer, "_cache", None) is not None:
-            self.learner.optimizer._cache = None  # FastAdam's lists held the old tensors
-        self.state_ready = True
+        self.learner.optimizer.forget_state_lists()  # FastAdam's lists held the old tensors
+
+    def adopted(self) -> bool:
+        """Whether Adam's state tensors are still this runner's views (torch's own steps
+        update them in place; a load or a fresh state replaces them)."""
+        state = self.learner.optimizer.state
+        pairs = zip(self.params, self._adopted, strict=True)
+        return bool(self._adopted) and all(state.get(p, {}).get("step") is s for p, s in pairs)
 
     def usable(self) -> bool:
         """Whether the next update can run here (Adam's state adopted first if needed).
 
         Only on one thread: this path's BLAS runs single-threaded, so a learner given more
-        torch threads (LearnerSettings.torch_threads) keeps torch's multi-threaded path.
+        torch threads (LearnerSettings.torch_threads) runs torch's multi-threaded step.
         """
         if torch.get_num_threads() != 1 or not numpy_blas_single_thread():
             return False
-        if not self.state_ready:
+        if self.learner.grad_sync is not None:  # parallel learners average torch gradients
+            return False
+        if not self.adopted():
             self.adopt_optimizer_state()
         return self.uniform_steps
 
+    def update(self, batch: Mapping[str, np.ndarray], weights: Any = None) -> DQNUpdate:
+        """The learner's update API: one update here, or the learner's own step where this
+        path does not apply to it (see `usable`)."""
+        algo = self.learner
+        if not self.usable():
+            return type(algo).update(algo, batch, weights)
+        n = algo.num_updates + 1
+        algo.before_update(n)
+        result = self._update(batch, weights)
+        algo.load_counters(n)
+        if algo.step_flag(n):
+            self.sync_target(algo.config.tau)
+        return result
+
     # --- the update ---------------------------------------------------------------------
-    def update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None) -> DQNUpdate:
+    def _update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None) -> DQNUpdate:
         missing = [k for k in BATCH_KEYS if k not in batch]
         if missing:
             raise KeyError(f"batch is missing {missing}; expected keys {list(BATCH_KEYS)}")
@@ -170,7 +205,7 @@ class FlatDQNUpdate:
             w = _f32(weights)
             if w.shape != (size,):
                 raise ValueError(f"weights must have shape ({size},), got {tuple(w.shape)}")
-        cfg, learner = self.learner.config, self.learner
+        cfg = self.learner.config
         a = self.widths[-1]
         # torch's gather refuses an out-of-range action; the flat index below would not
         # (as uint64, negative actions are huge).
@@ -249,50 +284,11 @@ class FlatDQNUpdate:
                 g *= np.sign(inp, out=bufs.masks[i - 1])
                 grad = g
 
-        grad_norm = self._clip()
-        learner._apply_lr_schedule()
-        self._adam()
+        grad_norm = _clip(self.np_grad, self.learner.config.max_grad_norm)
+        _adam(self, self.learner.optimizer.param_groups[0])
         return DQNUpdate(
             loss=loss, q_mean=float(np.add.reduce(q)) / size, td_abs=td_abs, grad_norm=grad_norm
         )
-
-    def _clip(self) -> float:
-        """clip_grad_norm_(max_norm): scale by max_norm / (norm + 1e-6) when below 1."""
-        g = self.np_grad
-        total = np.float32(math.sqrt(float(np.dot(g, g))))
-        coef = np.float32(self.learner.config.max_grad_norm) / (total + np.float32(1e-6))
-        if coef < 1.0:
-            g *= coef
-        return float(total)
-
-    def _adam(self) -> None:
-        """torch's fused Adam (no weight decay, no amsgrad) on the flat buffers."""
-        group = self.learner.optimizer.param_groups[0]
-        lr, eps = group["lr"], group["eps"]
-        beta1, beta2 = group["betas"]
-        steps = self.np_steps
-        steps += 1.0
-        step = float(steps[0])
-        bias_correction1 = 1.0 - beta1**step
-        bias_correction2_sqrt = math.sqrt(1.0 - beta2**step)
-        step_size = lr / bias_correction1
-        g, m, v, tmp, tmp2 = self.np_grad, self.np_avg, self.np_avg_sq, self.tmp, self.tmp2
-        # m.lerp_(g, 1 - beta1)
-        np.subtract(g, m, out=tmp)
-        tmp *= 1.0 - beta1
-        m += tmp
-        # v = v * beta2 + (1 - beta2) * g * g
-        v *= beta2
-        np.multiply(g, 1.0 - beta2, out=tmp)
-        tmp *= g
-        v += tmp
-        # p += -step_size * m / (sqrt(v) / sqrt(bias_correction2) + eps)
-        np.sqrt(v, out=tmp)
-        tmp /= bias_correction2_sqrt
-        tmp += eps
-        np.multiply(m, -step_size, out=tmp2)
-        tmp2 /= tmp
-        self.np_flat += tmp2
 
     def sync_target(self, tau: float) -> None:
         """target <- tau * online + (1 - tau) * target on the flat buffers (torch's ops)."""
@@ -326,10 +322,42 @@ class _Buffers:
         self.clamped, self.per_item, self.dq = (np.empty(size, f32) for _ in range(3))
 
 
-def multi_step(batch: Mapping[str, np.ndarray]) -> bool:
-    """Whether the batch holds any n-step transition (a steps column with a value > 1)."""
-    steps = batch.get("steps")
-    return steps is not None and len(steps) > 0 and int(np.max(steps)) > 1
+def _clip(g: np.ndarray, max_norm: float) -> float:
+    """clip_grad_norm_(max_norm): scale by max_norm / (norm + 1e-6) when below 1."""
+    total = np.float32(math.sqrt(float(np.dot(g, g))))
+    coef = np.float32(max_norm) / (total + np.float32(1e-6))
+    if coef < 1.0:
+        g *= coef
+    return float(total)
+
+
+def _adam(f: FlatDQNUpdate, group: dict) -> None:
+    """torch's fused Adam (no weight decay, no amsgrad) on the flat buffers."""
+    lr, eps = group["lr"], group["eps"]
+    beta1, beta2 = group["betas"]
+    steps = f.np_steps
+    steps += 1.0
+    step = float(steps[0])
+    bias_correction1 = 1.0 - beta1**step
+    bias_correction2_sqrt = math.sqrt(1.0 - beta2**step)
+    step_size = lr / bias_correction1
+    g, m, v, tmp, tmp2 = f.np_grad, f.np_avg, f.np_avg_sq, f.tmp, f.tmp2
+    # m.lerp_(g, 1 - beta1)
+    np.subtract(g, m, out=tmp)
+    tmp *= 1.0 - beta1
+    m += tmp
+    # v = v * beta2 + (1 - beta2) * g * g
+    v *= beta2
+    np.multiply(g, 1.0 - beta2, out=tmp)
+    tmp *= g
+    v += tmp
+    # p += -step_size * m / (sqrt(v) / sqrt(bias_correction2) + eps)
+    np.sqrt(v, out=tmp)
+    tmp /= bias_correction2_sqrt
+    tmp += eps
+    np.multiply(m, -step_size, out=tmp2)
+    tmp2 /= tmp
+    f.np_flat += tmp2
 
 
 def _f32(values: np.ndarray) -> np.ndarray:

@@ -1,13 +1,12 @@
-"""What a DQN update takes and reports, shared by the torch update (dqn.py) and the numpy
-one (dqn_flat.py) without either importing the other's module."""
+"""What a DQN update takes and reports, shared by the torch step (dqn.py) and the
+numpy-flat runner (dqn_flat.py) without either importing the other's module."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 BATCH_KEYS = ("obs", "action", "reward", "next_obs", "done")
 
@@ -26,13 +25,7 @@ class DQNUpdate:
     """Global gradient norm before clipping."""
 
 
-class DQNLearnerParts(Protocol):
-    """What the numpy update reads of a `DQNLearner` (actorq.algos.dqn)."""
-
-    online: Any
-    target: Any
-    optimizer: torch.optim.Optimizer
-    device: torch.device
-    config: Any
-
-    def _apply_lr_schedule(self) -> None: ...
+def multi_step(batch: Mapping[str, np.ndarray]) -> bool:
+    """Whether the batch holds any n-step transition (a steps column with a value > 1)."""
+    steps = batch.get("steps")
+    return steps is not None and len(steps) > 0 and int(np.max(steps)) > 1

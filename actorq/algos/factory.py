@@ -112,25 +112,28 @@ def make_algorithm(
     config: Any = None,
     device: str = "cpu",
     seed: int = 0,
-    fast: bool = True,
     spec: Any = None,
 ) -> Algorithm:
-    """A fresh learner. `num_outputs`: actions for DQN, action dimensions otherwise.
+    """A fresh learner on its default update path (actorq.algos.capture: numpy-flat for
+    DQN on CPU, the algorithm's own eager update otherwise). `num_outputs`: actions for
+    DQN, action dimensions otherwise.
 
     `config` defaults to the algorithm's config with its defaults; a config of another
-    algorithm is refused. `fast=False` builds the plain torch update path (torch.optim.Adam
-    and clip_grad_norm_), the reference the fast path is tested and benchmarked against.
-    `spec` (DQN and on-policy algorithms) replaces the MLP: a CNNSpec for pixel envs.
+    algorithm is refused. `spec` (DQN and on-policy algorithms) replaces the MLP: a
+    CNNSpec for pixel envs.
     """
+    from actorq.algos.capture import use_default_path
+
     _check_name(name)
     config_cls, learner_cls = _REGISTRY[name]
     config = config_cls() if config is None else config
     if type(config) is not config_cls:
         raise TypeError(f"{name} needs a {config_cls.__name__}, got {type(config).__name__}")
     if name == "dqn":
-        spec = spec or MLPSpec(obs_dim, num_outputs, hidden)
-        return learner_cls(spec, config, device, seed, fast)
-    if name in ON_POLICY_ALGORITHMS:  # their own update path; a CNNSpec for pixel envs
+        algo = learner_cls(spec or MLPSpec(obs_dim, num_outputs, hidden), config, device, seed)
+    elif name in ON_POLICY_ALGORITHMS:  # a CNNSpec for pixel envs
         extra = {} if spec is None else {"spec": spec}
-        return learner_cls(obs_dim, num_outputs, hidden, config, device, seed, **extra)
-    return learner_cls(obs_dim, num_outputs, hidden, config, device, seed, fast)
+        algo = learner_cls(obs_dim, num_outputs, hidden, config, device, seed, **extra)
+    else:
+        algo = learner_cls(obs_dim, num_outputs, hidden, config, device, seed)
+    return use_default_path(algo)

@@ -1,4 +1,4 @@
-"""The learners' optimizer step without per-step Python overhead, same maths bit for bit.
+"""The one optimizer step of every learner update: Adam, gradient clipping, target sync.
 
 For the small MLPs of RL, `torch.optim.Adam(fused=True).step()` spends most of its time in
 Python (grouping tensors by device and dtype, building state lists, checks) around one
@@ -6,18 +6,22 @@ fused kernel, and `nn.utils.clip_grad_norm_` does the same around two foreach ke
 Here the lists are built once and the same kernels are called directly:
 
 - `FastAdam` is a `torch.optim.Adam` (same state dict, same checkpoints, same
-  `param_groups` an LR schedule can change) whose `step` calls `torch._fused_adam_` on
-  cached state lists. It falls back to Adam's own step when something is not what the
-  cache assumes (a parameter without gradient, a changed parameter group).
+  `param_groups` an LR schedule can change) whose `step` calls `fused_adam` on cached
+  state lists. It falls back to Adam's own step when something is not what the cache
+  assumes (a parameter without gradient, a changed parameter group).
 - `clip_grad_norm` computes the global norm and scales the gradients with the exact op
   sequence of `clip_grad_norm_(foreach=True)`.
+- `sync_targets`: target <- tau * online + (1 - tau) * target (a copy when tau == 1).
+- `descend`: backward, clip, Adam step: what an algorithm's `step` calls per optimizer
+  on the eager path (the captured runners pass their own, actorq.algos.capture_steps).
 
-tests/unit/test_fast_update.py checks both against torch's own path bit for bit.
+tests/unit/test_fast_update.py checks these against torch's own path bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,6 +52,10 @@ class FastAdam(torch.optim.Adam):
         _ADD_PARAM_GROUP(self, param_group)
         self._cache = None
 
+    def forget_state_lists(self) -> None:
+        """Drop the cached state lists (someone replaced Adam's state tensors)."""
+        self._cache = None
+
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[no-untyped-def, override]
         cache = self._cache
@@ -55,27 +63,9 @@ class FastAdam(torch.optim.Adam):
             loss = super().step(closure)
             self._cache = _AdamLists.build(self)
             return loss
-        grads = [p.grad for p in cache.params]
         group = self.param_groups[0]
-        beta1, beta2 = group["betas"]
-        torch._foreach_add_(cache.steps, 1)
-        torch._fused_adam_(
-            cache.params,
-            grads,
-            cache.exp_avgs,
-            cache.exp_avg_sqs,
-            [],
-            cache.steps,
-            amsgrad=False,
-            lr=group["lr"],
-            beta1=beta1,
-            beta2=beta2,
-            weight_decay=0.0,
-            eps=group["eps"],
-            maximize=False,
-            grad_scale=None,
-            found_inf=None,
-        )
+        grads = [p.grad for p in cache.params]
+        fused_adam(cache, grads, group, group["lr"])
         return None
 
 
@@ -111,6 +101,47 @@ class _AdamLists:
         )
 
 
+@torch.no_grad()
+def fused_adam(state: Any, grads: list[torch.Tensor], group: dict, lr: Any) -> None:
+    """One Adam step with torch's fused kernel (what Adam(fused=True) runs) on `state`'s
+    params/exp_avgs/exp_avg_sqs/steps lists; `lr` a float or a device tensor."""
+    beta1, beta2 = group["betas"]
+    torch._foreach_add_(state.steps, 1)
+    torch._fused_adam_(
+        state.params,
+        grads,
+        state.exp_avgs,
+        state.exp_avg_sqs,
+        [],
+        state.steps,
+        amsgrad=False,
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=0.0,
+        eps=group["eps"],
+        maximize=False,
+        grad_scale=None,
+        found_inf=None,
+    )
+
+
+@torch.no_grad()
+def adam_in_tensor_ops(state: Any, grads: list[torch.Tensor], group: dict, lr: Any) -> None:
+    """`fused_adam` written out in tensor ops, equal to float rounding: torch.compile has
+    no fake kernel for the fused op with a tensor lr."""
+    beta1, beta2 = group["betas"]
+    torch._foreach_add_(state.steps, 1)
+    for p, g, m, v, step in zip(
+        state.params, grads, state.exp_avgs, state.exp_avg_sqs, state.steps, strict=True
+    ):
+        m.lerp_(g, 1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        step_size = lr / (1.0 - torch.pow(beta1, step))
+        denom = (v.sqrt() / torch.sqrt(1.0 - torch.pow(beta2, step))).add_(group["eps"])
+        p.sub_(step_size * m / denom)
+
+
 def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale `grads` in place so their global L2 norm is at most `max_norm`; returns the
     norm before clipping. The op sequence of `nn.utils.clip_grad_norm_(foreach=True)` for
@@ -122,19 +153,40 @@ def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     return total
 
 
-def backward_step(
-    optimizer: torch.optim.Optimizer,
-    loss: torch.Tensor,
-    params: list[nn.Parameter],
-    max_norm: float,
-) -> torch.Tensor:
-    """zero_grad, backward, clip, step: the learners' one optimizer step. Returns the
-    gradient norm before clipping (a tensor: no host sync here)."""
-    optimizer.zero_grad(set_to_none=True)
-    # Gradients of `params` only: a loss that runs through another network (an actor's
-    # loss through the critic) does not pay for that network's weight gradients.
-    loss.backward(inputs=params)
-    grads = [p.grad for p in params if p.grad is not None]
-    norm = clip_grad_norm(grads, max_norm)
-    optimizer.step()
+@torch.no_grad()
+def sync_targets(targets: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target; an exact copy when tau == 1."""
+    if tau == 1.0:
+        torch._foreach_copy_(targets, online)
+    else:
+        torch._foreach_lerp_(targets, online, tau)
+
+
+Descend = Callable[..., "torch.Tensor | None"]
+"""descend(optimizer, loss, max_norm=None) -> gradient norm before clipping (None when
+not clipped). `loss` None: the gradients are already in the parameters' `.grad`."""
+
+
+def descend(
+    opt: torch.optim.Optimizer,
+    loss: torch.Tensor | None,
+    max_norm: float | None = None,
+    grad_sync: Callable[[list[torch.Tensor]], None] | None = None,
+) -> torch.Tensor | None:
+    """zero_grad, backward, (grad_sync), clip, step: the eager path's optimizer step.
+
+    Gradients of the optimizer's parameters only: a loss that runs through another
+    network (an actor's loss through the critic) does not pay for that network's weight
+    gradients. `optimizer.step()` runs its hooks (RLx2's masks). No host sync here.
+    """
+    params = opt.param_groups[0]["params"]
+    if loss is not None:
+        opt.zero_grad(set_to_none=True)
+        loss.backward(inputs=params)
+    if grad_sync is not None:  # data-parallel learners average gradients across ranks
+        grad_sync(params)
+    norm = None
+    if max_norm is not None:
+        norm = clip_grad_norm([p.grad for p in params if p.grad is not None], max_norm)
+    opt.step()
     return norm

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from actorq.algos.base import check_field, fp32_weights
+from actorq.algos.base import Learner, check_field, fp32_weights
+from actorq.algos.optim import Descend, FastAdam
 from actorq.algos.vtrace import RatioStats, gae, ratio_stats, vtrace
 from actorq.models.cnn import CNNSpec, build_network
 from actorq.models.mlp import MLPSpec
@@ -116,7 +117,7 @@ class OnPolicyUpdate:
     td_abs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
 
-class OnPolicyLearner:
+class OnPolicyLearner(Learner):
     """fp32 policy (broadcast) and value networks, one Adam, one `update` per batch."""
 
     def __init__(
@@ -143,12 +144,15 @@ class OnPolicyLearner:
             _shrink_last_layer(self.policy, 0.01)  # near-uniform first policy (PPO practice)
         self.generator = torch.Generator().manual_seed(seed)
         params = [*self.policy.parameters(), *self.value.parameters()]
-        self.optimizer = torch.optim.Adam(params, lr=self.config.lr, eps=1e-5)
+        self.optimizer = FastAdam(params, lr=self.config.lr, eps=1e-5)
         self._num_updates = 0
 
-    @property
-    def num_updates(self) -> int:
-        return self._num_updates
+    step_keys = ("obs", "action", "behaviour_logp", "advantage", "target")
+    step_names = ("loss", "policy_loss", "value_loss", "entropy", "grad_norm")
+    step_counts_updates = False  # a step is one minibatch; `update` runs many
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
 
     def log_probs(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """log pi(a | s) of the learner's fp32 policy, any leading shape."""
@@ -228,29 +232,31 @@ class OnPolicyLearner:
         return values, next_values
 
     def _step(self, mb: dict[str, torch.Tensor]) -> tuple[float, ...]:
+        out = self.step(mb, False, self.descend)
+        return tuple(float(out[name]) for name in self.step_names)
+
+    def step(self, x: Mapping[str, torch.Tensor], flag: bool, descend: Descend) -> dict:
+        """One minibatch step: policy loss (clipped surrogate, IMPALA's or A2C's), value
+        loss and entropy bonus, one Adam step."""
         cfg = self.config
-        logits = self._forward(self.policy, mb["obs"])
-        logp_all = F.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, mb["action"].unsqueeze(-1)).squeeze(-1)
-        ratio = torch.exp(logp - mb["behaviour_logp"])
-        adv = mb["advantage"]
+        logp_all = F.log_softmax(self._forward(self.policy, x["obs"]), dim=-1)
+        logp = logp_all.gather(-1, x["action"].unsqueeze(-1)).squeeze(-1)
+        ratio = torch.exp(logp - x["behaviour_logp"])
+        adv = x["advantage"]
         if cfg.clip:
             policy_loss = clipped_surrogate_loss(ratio, adv, cfg.clip).mean()
         elif cfg.loss == "vtrace":  # IMPALA: advantages already carry the truncated rho
             policy_loss = -(logp * adv).mean()
         else:
             policy_loss = -(ratio * adv).mean()
-        values = self._forward(self.value, mb["obs"]).squeeze(-1)
-        value_loss = 0.5 * (values - mb["target"]).pow(2).mean()
+        values = self._forward(self.value, x["obs"]).squeeze(-1)
+        value_loss = 0.5 * (values - x["target"]).pow(2).mean()
         entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        self.optimizer.step()
-        parts = (loss, policy_loss, value_loss, entropy, norm)
-        return tuple(float(x.detach()) for x in parts)
+        norm = descend(self.optimizer, loss, cfg.max_grad_norm)
+        parts = (loss, policy_loss, value_loss, entropy)
+        out = {name: t.detach() for name, t in zip(self.step_names, parts, strict=False)}
+        return {**out, "grad_norm": norm}
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         """The policy network only (logits): what actors run."""

@@ -26,18 +26,18 @@ from torch import nn
 from actorq.algos.base import (
     ContinuousUpdate,
     Critic,
+    Learner,
     adam,
     batch_tensors,
     bootstrap_discount,
     check_field,
+    continuous_result,
     fp32_weights,
     normalized,
-    soft_update,
-    step,
     weights_tensor,
     with_input_norm,
 )
-from actorq.algos.optim import FastAdam
+from actorq.algos.optim import Descend, FastAdam, sync_targets
 from actorq.models.mlp import MLPSpec, QNetwork, linear_layer_names
 from actorq.normalize import RunningMeanStd
 
@@ -107,7 +107,7 @@ def squashed_gaussian_log_prob(
     return (gauss - squash).sum(dim=-1)
 
 
-class SACLearner:
+class SACLearner(Learner):
     def __init__(
         self,
         obs_dim: int,
@@ -116,7 +116,6 @@ class SACLearner:
         config: SACConfig,
         device: str = "cpu",
         seed: int = 0,
-        fast: bool = True,
     ) -> None:
         self.config = config
         self.act_dim = act_dim
@@ -138,20 +137,14 @@ class SACLearner:
         self.target_entropy = (
             -float(act_dim) if config.target_entropy is None else config.target_entropy
         )
-        self.actor_opt = adam(self.actor, config.actor_lr, self.device, fast)
-        self.critic_opt = adam(self.critics, config.critic_lr, self.device, fast)
-        self.alpha_opt = (
-            FastAdam([self.log_alpha], lr=config.alpha_lr)
-            if fast
-            else torch.optim.Adam([self.log_alpha], lr=config.alpha_lr, fused=True)
-        )
+        self.actor_opt = adam(self.actor, config.actor_lr)
+        self.critic_opt = adam(self.critics, config.critic_lr)
+        self.alpha_opt = FastAdam([self.log_alpha], lr=config.alpha_lr)
+        self._targets = list(self.critics_target.parameters())
+        self._online = list(self.critics.parameters())
         self.rng = torch.Generator(device=self.device).manual_seed(seed + 1)
         self._num_updates = 0
         self.obs_rms = RunningMeanStd(obs_dim) if config.obs_norm else None
-
-    @property
-    def num_updates(self) -> int:
-        return self._num_updates
 
     @property
     def alpha(self) -> float:
@@ -165,32 +158,43 @@ class SACLearner:
         pre_tanh = mean + log_std.exp() * eps
         return torch.tanh(pre_tanh), squashed_gaussian_log_prob(pre_tanh, mean, log_std)
 
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.critic_opt, self.actor_opt, self.alpha_opt]
+
+    def target_tensors(self) -> list[torch.Tensor]:
+        return self._targets
+
     def update(
         self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None = None
     ) -> ContinuousUpdate:
         t = normalized(batch_tensors(batch, self.act_dim, self.device), self.obs_rms)
-        w = weights_tensor(weights, t["obs"].shape[0], self.device)
+        t["weights"] = weights_tensor(weights, t["obs"].shape[0], self.device)
+        return continuous_result(self.run_step(t))
+
+    def step(self, x: Mapping[str, torch.Tensor], flag: bool, descend: Descend) -> dict:
+        """Critic, actor and temperature steps, then the Polyak update of the target critics."""
+        cfg = self.config
         alpha = self.log_alpha.exp().detach()
-        target = self.td_target(t, alpha)
-        qs = [critic(t["obs"], t["action"]) for critic in self.critics]
-        critic_loss = (sum((q - target).pow(2) for q in qs) * w).mean()
-        grad_norm = step(self.critic_opt, critic_loss, self.critics, self.config.max_grad_norm)
-        actor_loss, log_prob = self._actor_step(t["obs"], alpha)
-        if self.config.autotune:
-            alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-        soft_update(self.critics_target, self.critics, self.config.tau)
-        self._num_updates += 1
+        target = self.td_target(x, alpha)
+        qs = [critic(x["obs"], x["action"]) for critic in self.critics]
+        critic_loss = (sum((q - target).pow(2) for q in qs) * x["weights"]).mean()
+        grad_norm = descend(self.critic_opt, critic_loss, cfg.max_grad_norm)
+        action, log_prob = self.sample(x["obs"])
+        q_pi = torch.stack([c(x["obs"], action) for c in self.critics]).min(dim=0).values
+        actor_loss = (alpha * log_prob - q_pi).mean()
+        descend(self.actor_opt, actor_loss, cfg.max_grad_norm)
+        if cfg.autotune:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            descend(self.alpha_opt, alpha_loss)
+        sync_targets(self._targets, self._online, cfg.tau)
         q0 = qs[0].detach()
-        return ContinuousUpdate(
-            loss=float(critic_loss.item()),
-            q_mean=float(q0.mean().item()),
-            td_abs=(target - q0).abs().cpu().numpy(),
-            grad_norm=grad_norm,
-            actor_loss=actor_loss,
-        )
+        return {
+            "loss": critic_loss.detach(),
+            "q_mean": q0.mean(),
+            "grad_norm": grad_norm,
+            "actor_loss": actor_loss.detach(),
+            "td_abs": (target - q0).abs(),
+        }
 
     @torch.no_grad()
     def td_target(self, t: Mapping[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
@@ -199,13 +203,6 @@ class SACLearner:
         next_q = torch.stack([c(t["next_obs"], next_action) for c in self.critics_target])
         soft_value = next_q.min(dim=0).values - alpha * next_log_prob
         return t["reward"] + bootstrap_discount(t, self.config.gamma) * soft_value
-
-    def _actor_step(self, obs: torch.Tensor, alpha: torch.Tensor) -> tuple[float, torch.Tensor]:
-        action, log_prob = self.sample(obs)
-        q = torch.stack([c(obs, action) for c in self.critics]).min(dim=0).values
-        loss = (alpha * log_prob - q).mean()
-        step(self.actor_opt, loss, self.actor, self.config.max_grad_norm)
-        return float(loss.item()), log_prob.detach()
 
     @torch.no_grad()
     def actions(self, obs: np.ndarray) -> np.ndarray:

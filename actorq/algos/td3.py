@@ -41,5 +41,5 @@ class TD3Learner(DDPGLearner):
         noise = (noise * self.config.policy_noise).clamp(-clip, clip)
         return (action + noise).clamp(-1.0, 1.0)
 
-    def _actor_due(self) -> bool:
-        return self._num_updates % self.config.policy_delay == 0
+    def step_flag(self, n: int) -> bool:
+        return n % self.config.policy_delay == 0

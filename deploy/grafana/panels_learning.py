@@ -62,12 +62,20 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "once settled) and the one it achieved over the window.",
             ),
             Panel(
-                "Versions held back by the publish gate",
-                [_q("sum(increase(actorq_learner_gated_versions_total[$w]))", "held back")],
+                "Versions held back by the publish gate, settling candidates rejected",
+                [
+                    _q("sum(increase(actorq_learner_gated_versions_total[$w]))", "held back"),
+                    _q(
+                        "sum(increase(actorq_learner_settle_rejected_total[$w]))",
+                        "candidates rejected",
+                    ),
+                ],
                 "short",
-                description="Once settled with ACTORQ_SETTLE_VALIDATION_EPISODES > 0, "
-                "versions whose greedy validation fell below the bar; actors keep the last "
-                "one that passed. 0 otherwise.",
+                description="Held back: once settled with ACTORQ_SETTLE_VALIDATION_EPISODES > "
+                "0, versions whose greedy validation fell below the bar (actors keep the last "
+                "one that passed). Candidates rejected: versions the evaluator's round named "
+                "whose 100-episode certification fell short (or whose weights were gone), "
+                "so the learner did not settle on them.",
             ),
             Panel(
                 "Learner waiting for replay",

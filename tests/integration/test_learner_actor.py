@@ -188,13 +188,13 @@ def test_learner_on_a_captured_path_sets_priorities_one_update_late(
 ) -> None:
     """The learner loop on a captured update path (actorq.algos.capture): no host sync per
     update, priorities from the previous update, losses read back every 16 updates."""
-    from actorq.algos.capture import apply_update_path, captured_runner, current_update_path
+    from actorq.algos.capture import captured_runner, current_update_path, install_runner
 
     stop = threading.Event()
     learner = _learner(
         redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 100, "prioritized"
     )
-    assert apply_update_path(learner.algo, "torch-eager", readback_every=16) == "torch-eager"
+    install_runner(learner.algo, "torch-eager", readback_every=16)  # the step, submitted
     assert current_update_path(learner.algo) == "torch-eager"
     actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=2000)
     train_alongside(learner, actor, follower)

@@ -1,8 +1,9 @@
-"""DQN's numpy update on flat buffers (actorq.algos.dqn_flat) against torch's update path
-(torch.optim.Adam, clip_grad_norm_, autograd). Summation orders differ (numpy's BLAS vs
-torch's), so results are compared with tight tolerances rather than bit for bit; the cases
-are built so that the Huber clamp, the gradient clip and Adam's bias correction all
-matter (each changes the result by far more than the tolerances)."""
+"""The numpy-flat runner (actorq.algos.dqn_flat) pinned to DQN's one `step` (the torch
+path: DQNLearner.update, itself bit for bit the oracle's, test_fast_update.py). Summation
+orders differ (numpy's BLAS vs torch's), so results are compared with tight tolerances
+rather than bit for bit; the cases are built so that the Huber clamp, the gradient clip
+and Adam's bias correction all matter (each changes the result by far more than the
+tolerances)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 import torch
 
 from actorq.algos import load_algorithm_config, make_algorithm
+from actorq.algos.capture import apply_update_path, current_update_path, install_runner
 from actorq.algos.dqn import DQNLearner
+from actorq.algos.dqn_flat import FlatDQNUpdate
 from actorq.learner.settle import scale_learning_rates
 
 OBS, ACTIONS = 5, 3
@@ -33,14 +36,23 @@ def make_batch(rng: np.random.Generator, n: int = 32, reward_scale: float = 4.0)
     }
 
 
+def make_dqn(hidden=(16, 16), config=None, path: str = "numpy-flat", seed: int = 0):
+    dqn = make_algorithm("dqn", OBS, ACTIONS, hidden, config, seed=seed)
+    assert apply_update_path(dqn, path) == path
+    return dqn
+
+
+def runner(dqn: DQNLearner) -> FlatDQNUpdate:
+    """The numpy-flat runner behind `dqn.update`."""
+    assert current_update_path(dqn) == "numpy-flat"
+    return dqn.update.__self__
+
+
 def pair(hidden=(16, 16), **overrides) -> tuple[DQNLearner, DQNLearner]:
-    """(torch path, flat path) learners with the same initial weights."""
+    """(torch step, numpy-flat runner) learners with the same initial weights."""
     base = {"huber_delta": 1.0, "max_grad_norm": 0.1, "target_update_every": 7}
     config = load_algorithm_config("dqn", {}, **{**base, **overrides})
-    slow = make_algorithm("dqn", OBS, ACTIONS, hidden, config, fast=False)
-    fast = make_algorithm("dqn", OBS, ACTIONS, hidden, config, fast=True)
-    assert slow._flat is None and fast._flat is not None
-    return slow, fast
+    return make_dqn(hidden, config, "torch-eager"), make_dqn(hidden, config)
 
 
 def assert_states_close(a: DQNLearner, b: DQNLearner, rtol: float, atol: float) -> None:
@@ -118,14 +130,14 @@ def test_flat_memory_is_shared_with_parameters_state_and_policy_weights() -> Non
     fast.update(make_batch(rng))
     after = fast.policy_weights()
     assert all(not np.array_equal(before[k], after[k]) for k in before)  # updates reach them
-    flat = fast._flat.flat.numpy()
+    flat = runner(fast).flat.numpy()
     np.testing.assert_array_equal(
         np.concatenate([after[k].ravel() for k in after]), flat
     )  # parameters are views of the flat buffer, in state-dict order
     state = fast.optimizer.state_dict()["state"]
     np.testing.assert_array_equal(
         np.concatenate([state[i]["exp_avg"].numpy().ravel() for i in sorted(state)]),
-        fast._flat.exp_avg.numpy(),
+        runner(fast).exp_avg.numpy(),
     )
     fast.update(make_batch(rng))
     fast.update(make_batch(rng))  # update 3: target sync (tau 1: an exact copy)
@@ -145,11 +157,10 @@ def test_checkpoints_load_across_paths(direction: str) -> None:
     torch.save(source.state_dict(), buffer)
     buffer.seek(0)
     # a learner from another seed: everything must come from the checkpoint
-    resumed = make_algorithm(
-        "dqn", OBS, ACTIONS, (16, 16), source.config, seed=5, fast=source is slow
-    )
+    other = "numpy-flat" if source is slow else "torch-eager"
+    resumed = make_dqn((16, 16), source.config, other, seed=5)
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
-    assert (resumed._flat is None) != (source._flat is None)  # the other path
+    assert current_update_path(resumed) != current_update_path(source)  # the other path
     assert resumed.current_lr() == source.current_lr()
     for b in batches[8:]:
         ra, rb = source.update(b), resumed.update(b)
@@ -198,8 +209,9 @@ def test_more_torch_threads_keep_the_torch_path() -> None:
         torch.set_num_threads(2 if i in (2, 3) else 1)
         batch = make_batch(rng)
         assert_updates_close(slow.update(batch), fast.update(batch), rtol=1e-4)
-        # the torch path leaves Adam's state for the flat path to adopt again
-        assert fast._flat.state_ready is (i not in (2, 3))
+        # torch's step moves Adam's state in place: the flat views stay Adam's state
+        assert runner(fast).usable() is (i not in (2, 3)) and runner(fast).adopted()
+    torch.set_num_threads(1)
     assert_states_close(slow, fast, rtol=1e-4, atol=1e-6)
 
 
@@ -229,23 +241,27 @@ def test_batch_checks_and_input_dtypes() -> None:
 
 
 def test_flat_path_only_where_it_applies() -> None:
-    assert make_algorithm("dqn", 4, 2, (8,), load_algorithm_config("dqn", {}))._flat is not None
+    def path(config) -> str:
+        return current_update_path(make_algorithm("dqn", 4, 2, (8,), config))
+
+    assert path(load_algorithm_config("dqn", {})) == "numpy-flat"  # DQN's default on CPU
     qat = load_algorithm_config("dqn", {}, qat_bits=8)
-    assert make_algorithm("dqn", 4, 2, (8,), qat)._flat is None  # autograd's STE
-    assert make_algorithm("dqn", 4, 2, (8,), fast=False)._flat is None
+    assert path(qat) == "torch-eager"  # autograd's STE
     # ACTORQ_DQN_FLAT=false: torch's path on request (A/B benches, debugging)
-    off = load_algorithm_config("dqn", {"ACTORQ_DQN_FLAT": "false"})
-    assert make_algorithm("dqn", 4, 2, (8,), off)._flat is None
+    assert path(load_algorithm_config("dqn", {"ACTORQ_DQN_FLAT": "false"})) == "torch-eager"
+    with pytest.raises(ValueError, match=r"'numpy-flat' is not available.*available: torch"):
+        apply_update_path(make_algorithm("dqn", 4, 2, (8,), qat), "numpy-flat")
+    with pytest.raises(ValueError, match="DQN's update, not TD3Learner's"):
+        install_runner(make_algorithm("td3", 4, 2, (8,)), "numpy-flat")
 
 
-@pytest.mark.parametrize("fast", [False, True])
-def test_n_step_transitions_bootstrap_with_gamma_to_their_length(fast: bool) -> None:
+@pytest.mark.parametrize("path", ["torch-eager", "numpy-flat"])
+def test_n_step_transitions_bootstrap_with_gamma_to_their_length(path: str) -> None:
     """A transition that sums 3 rewards bootstraps with gamma^3; one of length 1 with gamma;
     both paths compute the same target (TD errors) as written out here."""
     rng = np.random.default_rng(5)
     config = load_algorithm_config("dqn", {}, gamma=0.9, double=False)
-    learner = make_algorithm("dqn", OBS, ACTIONS, (16,), config, fast=fast)
-    assert (learner._flat is not None) == fast
+    learner = make_dqn((16,), config, path)
     batch = make_batch(rng, n=8)
     batch["steps"] = np.array([3, 1, 2, 3, 1, 3, 2, 1], np.uint8)
     q_next = learner.target(torch.as_tensor(batch["next_obs"])).max(dim=1).values.numpy()
@@ -257,8 +273,8 @@ def test_n_step_transitions_bootstrap_with_gamma_to_their_length(fast: bool) -> 
     result = learner.update(batch)
     np.testing.assert_allclose(result.td_abs, np.abs(q - target), rtol=1e-5, atol=1e-5)
     # all-ones steps are plain one-step DQN
-    one = make_algorithm("dqn", OBS, ACTIONS, (16,), config, fast=fast)
-    other = make_algorithm("dqn", OBS, ACTIONS, (16,), config, fast=fast)
+    one = make_dqn((16,), config, path)
+    other = make_dqn((16,), config, path)
     plain = make_batch(np.random.default_rng(6), n=8)
     ra = one.update(plain)
     rb = other.update({**plain, "steps": np.ones(8, np.uint8)})
@@ -270,13 +286,13 @@ def test_settling_with_a_zero_rate_freezes_both_paths_exactly() -> None:
     as they were, while a scale of 0.5 still moves them (BENCHMARKS.md 12r)."""
     rng = np.random.default_rng(3)
     for scale, frozen in ((0.0, True), (0.5, False)):
-        for learner in pair():
+        for dqn in pair():
             for _ in range(10):
-                learner.update(make_batch(rng))
-            scale_learning_rates(learner, scale)
-            before = {k: v.clone() for k, v in learner.online.state_dict().items()}
+                dqn.update(make_batch(rng))
+            scale_learning_rates(dqn, scale)
+            before = {k: v.clone() for k, v in dqn.online.state_dict().items()}
             for _ in range(20):  # past a target sync (every 7)
-                learner.update(make_batch(rng))
-            for net in (learner.online, learner.target):
+                dqn.update(make_batch(rng))
+            for net in (dqn.online, dqn.target):
                 same = all(torch.equal(before[k], v) for k, v in net.state_dict().items())
-                assert same == frozen, (scale, learner.fast)
+                assert same == frozen, (scale, current_update_path(dqn))

@@ -1,6 +1,7 @@
-"""The learners' fast update path (FastAdam, direct clipping, hand-written MLP backward)
-against torch's own path (torch.optim.Adam, clip_grad_norm_, autograd): bit for bit.
-(DQN's numpy update on flat buffers: tests/unit/test_dqn_flat_update.py.)"""
+"""The learners' one step on the eager path (FastAdam, direct clipping, hand-written MLP
+backward) against the oracle, torch's own optimizer step (update_oracle: torch.optim.Adam,
+clip_grad_norm_, autograd): bit for bit. (DQN's numpy-flat runner:
+tests/unit/test_dqn_flat_update.py.)"""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from update_oracle import plain_torch
 
 from actorq.algos import ALGORITHMS, load_algorithm_config, make_algorithm
-from actorq.algos.factory import ON_POLICY_ALGORITHMS
+from actorq.algos.capture import apply_update_path
 from actorq.algos.optim import FastAdam, clip_grad_norm
 from actorq.allocator import retain_freed_memory
 from actorq.models.mlp import MLPSpec, QNetwork
@@ -48,8 +50,9 @@ def tensors(state: dict) -> list[torch.Tensor]:
     return out
 
 
-# On-policy learners (PPO, APPO, A2C) have one update path and take no `fast` flag.
-REPLAY_ALGORITHMS = tuple(a for a in ALGORITHMS if a not in ON_POLICY_ALGORITHMS)
+# On-policy learners (PPO, APPO, A2C): tests/unit/test_captured_update.py.
+REPLAY_ALGORITHMS = ("dqn", "ddpg", "td3", "sac", "d4pg")
+assert set(REPLAY_ALGORITHMS) <= set(ALGORITHMS)
 
 
 @pytest.mark.parametrize("algo", REPLAY_ALGORITHMS)
@@ -60,13 +63,13 @@ def test_fast_update_equals_torch_path_bit_for_bit(algo: str) -> None:
     weights = [rng.uniform(0.1, 1.0, 32).astype(np.float32) for _ in range(12)]
     results, states = {}, {}
     for fast in (False, True):
-        learner = make_algorithm(
-            algo, obs, act, (16, 16), load_algorithm_config(algo, {}), fast=fast
-        )
-        if algo == "dqn":
-            # DQN's numpy update agrees to float rounding only: test_dqn_flat_update.py.
-            # Its torch fast path (taken with more torch threads) stays bit for bit.
-            learner._flat = None
+        learner = make_algorithm(algo, obs, act, (16, 16), load_algorithm_config(algo, {}))
+        if fast:
+            # DQN's numpy-flat runner agrees to float rounding only: test_dqn_flat_update.py.
+            # The step (taken with more torch threads) stays bit for bit.
+            apply_update_path(learner, "torch-eager")
+        else:
+            plain_torch(learner)
         # every other batch with importance weights, as prioritized replay sends them
         results[fast] = [
             learner.update(b, w if i % 2 else None)
@@ -155,7 +158,7 @@ def test_manual_mlp_backward_equals_autograd() -> None:
 def test_qat_learner_keeps_autograd() -> None:
     config = load_algorithm_config("dqn", {}, qat_bits=8)
     learner = make_algorithm("dqn", 4, 2, (8,), config)
-    assert learner._manual_grad is False  # fake-quantized weights need autograd's STE
+    assert learner.manual_grad is False  # fake-quantized weights need autograd's STE
     learner.update(make_batch(np.random.default_rng(0), "dqn", 16, 4, 2))
     assert learner.num_updates == 1
 

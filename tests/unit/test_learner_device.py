@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from actorq.algos import make_algorithm
+from actorq.algos import DQNConfig, make_algorithm
 from actorq.config import ConfigError, LearnerSettings, RunSettings
 from actorq.learner.device import (
     COSTS,
@@ -170,7 +170,7 @@ def test_update_path_preference() -> None:
 def test_learners_report_their_path_and_dtype(one_torch_thread) -> None:
     dqn = make_algorithm("dqn", 4, 2, (64, 64))
     td3 = make_algorithm("td3", 3, 1, (32, 32))
-    torch_dqn = make_algorithm("dqn", 4, 2, (64, 64), fast=False)
+    torch_dqn = make_algorithm("dqn", 4, 2, (64, 64), DQNConfig(flat=False))
     assert set_update_path(dqn, "auto", "cpu") == "numpy-flat"
     assert set_update_path(td3, "auto", "cpu") == "torch-eager"
     assert set_update_path(torch_dqn, "auto", "cpu") == "torch-eager"

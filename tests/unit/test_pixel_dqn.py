@@ -9,6 +9,7 @@ import torch
 import zstandard
 
 from actorq.actor.stepper import VectorStepper
+from actorq.algos.capture import current_update_path
 from actorq.algos.dqn import DQNConfig, DQNLearner
 from actorq.algos.factory import make_algorithm, policy_spec
 from actorq.envs import EnvError, make_vector_env
@@ -136,8 +137,9 @@ def _sampled(n: int = 32) -> dict[str, np.ndarray]:
 
 def test_cnn_dqn_takes_torch_path_and_learns_on_uint8_batches(one_torch_thread) -> None:
     learner = _pixel_learner(flat=True)  # flat asked for, but it is MLP-only
-    assert isinstance(learner.online, CNNNetwork) and learner._flat is None
-    assert not learner._manual_grad
+    assert isinstance(learner.online, CNNNetwork)
+    assert current_update_path(learner) == "torch-eager"
+    assert not learner.manual_grad
     batch = _sampled()
     # A target to fit: reward 1 for action 0, episodes end (no bootstrap)
     batch["reward"] = (batch["action"] == 0).astype(np.float32)
