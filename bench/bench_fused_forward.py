@@ -53,7 +53,7 @@ def main() -> None:
     print("| width | batch | fused us | torch us | fused / torch |\n|---:|---:|---:|---:|---:|")
     for width in (int(w) for w in args.widths.split(",")):
         policy = make_policy("CartPole-v1", (width, width), "int8", seed=5)
-        fused = fuse_mlp(policy.module, max_layer_weights=None)  # the kernel at every size
+        fused = fuse_mlp(policy.arrays, max_layer_weights=None)  # the kernel at every size
         for batch in (int(b) for b in args.batches.split(",")):
             obs = rng.normal(size=(batch, 4)).astype(np.float32)
             fused(obs)  # compiled or loaded from the cache before timing
@@ -72,7 +72,7 @@ def compare_min_max(args: argparse.Namespace, rng: np.random.Generator) -> None:
     print("| width | batch | pairs us | by column us | forward, pairs us | forward, by column us |")
     print("|---:|---:|---:|---:|---:|---:|")
     for width in (int(w) for w in args.widths.split(",")):
-        fused = fuse_mlp(make_policy("CartPole-v1", (width, width), "int8", seed=5).module)
+        fused = fuse_mlp(make_policy("CartPole-v1", (width, width), "int8", seed=5).arrays)
         if fused is None:
             print(f"| {width} | | not fused at this width | | | |")
             continue

@@ -95,6 +95,10 @@ def build() -> dict[str, tuple[bytes, dict, dict]]:
     # 90% pruned 40 -> 48 -> 40 -> 2 with layer 1 (48x40) all zero: empty index_gaps
     vectors["sparse"] = (_encode(w_wide, wide, P.PRECISION_INT8, 1), None)
     vectors["cnn-int8"] = (_encode(_weights(cnn, 5), cnn, P.PRECISION_INT8, 1), None)
+    # 90% pruned head (2-D: the sparse rule applies) and a 90%-zero conv (4-D: stays dense)
+    w_cnn_sparse = _weights(cnn, 6, sparsity=0.9)
+    w_cnn_sparse["convs.0.weight"][np.random.default_rng(7).random((3, 2, 3, 3)) < 0.9] = 0.0
+    vectors["cnn-sparse-head"] = (_encode(w_cnn_sparse, cnn, P.PRECISION_INT8, 1), None)
     vectors["signed-int8"] = (_encode(w_mlp, mlp, P.PRECISION_INT8, 1, keys=keys), None)
     fallback = {"layers.2.weight": P.PRECISION_FP16}
     vectors["int8-fallback"] = (

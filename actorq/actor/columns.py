@@ -1,21 +1,20 @@
-"""The actor's fast path for discrete 1-step transitions (DQN): fewer Python calls per step.
+"""What an actor keeps of each vector step, and its epsilon-greedy exploration.
 
-The plain path (`PendingTransitions` below, and `epsilon_greedy`) masks six
-arrays and builds a dict every vector step, then concatenates the parts at each push, and
-validates its epsilons on every call. Here:
+- `PendingTransitions` (continuous, n-step, and the plain path): each step's valid rows as
+  a dict of parts, concatenated at each push; optional columns may be absent.
+- `StepColumns` (the fast path, discrete 1-step): each step's valid rows copied into
+  preallocated flat columns (one slice assignment per column, a mask only on a step with
+  NEXT_STEP reset rows), so a push encodes views of them with no copy of its own. Rows
+  keep the parts' order (step-major, then env), so a batch is the same bytes.
+- `StepRecorder`: the one recording of a step, into either store and the episode tracker.
+- `EpsilonGreedy`: the one epsilon-greedy of every discrete actor; it checks its per-env
+  epsilons once, looks the log-probs up in per-env tables, and makes the same draws and
+  arithmetic as `actorq.exploration.epsilon_greedy` (one `rng.random(M)`: u < epsilon
+  explores, with the action floor(u * A / epsilon)), so the same seed acts the same.
 
-- `StepColumns` copies each vector step's valid rows into preallocated flat columns,
-  one after the other (one slice assignment per column, no per-step allocation; a mask
-  per column only on a step with NEXT_STEP reset rows), so a push encodes views of them
-  with no copy before the encoding's own. Rows keep the plain path's order (step-major,
-  then env), so a batch is the same bytes.
-- `EpsilonGreedy` checks its per-env epsilons once, looks the behaviour log-probs up from
-  two precomputed per-env tables, and makes the same random draws and arithmetic as
-  `epsilon_greedy` (one `rng.random(M)`: u < epsilon explores, with the action
-  floor(u * A / epsilon)), so the same seed gives the same actions.
-
-tests/integration/test_actor_fast_path.py runs both paths on the same seed and compares every
-transition.
+actorq.actor.fast_act runs the last two as numba kernels; tests/unit/test_fused_mlp.py
+compares each kernel with them, and tests/integration/test_actor_fast_path.py compares
+every transition of both stores and paths on the same seed.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import numpy as np
 
 from actorq.replay import TransitionBatch
 
-# --- the plain path: per-step parts, concatenated at push time ---
 _PENDING_COLUMNS = ("obs", "action", "reward", "next_obs", "done", "steps", "behaviour",
                     "behaviour_logp")  # fmt: skip
 
@@ -41,6 +39,14 @@ class PendingTransitions:
         part = {k: v for k, v in zip(_PENDING_COLUMNS, columns, strict=False) if v is not None}
         self.parts.append(part)
         self.count += len(part["action"])
+
+    def add_step(self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid):
+        """`StepColumns.add_step` for these parts: one vector step's `valid` rows (`logp`
+        may be None: OU noise has no known density)."""
+        v = valid
+        logp = None if logp is None else logp[v]
+        self.add(obs[v], np.asarray(action)[v], reward[v], next_obs[v], done[v], None,
+                 behaviour[v], logp)  # fmt: skip
 
     def batch(self, actor_id: str, version: int, precision: str) -> TransitionBatch:
         # An optional column goes out only when every part has it (all rows or none).
@@ -72,7 +78,6 @@ def _obs_column(obs: np.ndarray) -> np.ndarray:
     return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
 
 
-# --- the fast path ---
 class EpsilonGreedy:
     """Per-env epsilon-greedy over Q-values [M, A]: (taken, greedy, log mu(taken))."""
 
@@ -148,7 +153,9 @@ class StepColumns:
         self.t += 1
         self.count += n_valid
 
-    def add(self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid: int):
+    def add_step(
+        self, obs, action, reward, next_obs, done, valid, behaviour, logp, n_valid: int
+    ) -> None:
         """One vector step's M rows, of which the `valid` ones are kept; `n_valid` =
         count of `valid` (the caller has it)."""
         at = self.next_row()
@@ -196,20 +203,25 @@ def auto_push_every(num_envs: int, transition_bytes: int) -> int:
 
 
 class StepRecorder:
-    """One vector step of the fast path into `StepColumns` and the episode tracker; the
-    number of real transitions (valid rows) it held. `actorq.actor.fast_act` has a compiled
-    twin that must record the same."""
+    """The actor's recording of one vector step: its transitions (valid rows) into the
+    pending store (`StepColumns`, or `PendingTransitions` off the fast path) and its
+    rewards into the episode tracker; returns how many real transitions it held. Its
+    compiled runner (actorq.actor.fast_act.FusedRecorder) must record the same."""
 
-    def __init__(self, pending: StepColumns, episodes) -> None:
+    def __init__(self, pending: StepColumns | PendingTransitions, episodes) -> None:
         self.pending, self.episodes = pending, episodes  # an actorq.actor.episodes tracker
 
-    def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
-        """`step` is the stepper's VectorStep; `env_steps` the actor's count before it."""
+    def __call__(self, obs, taken, behaviour, logp, step, version: int, env_steps: int) -> int:
+        """`step` is the stepper's VectorStep; `env_steps` the actor's count before it;
+        `behaviour` the policy's own action (greedy, or the tanh mean), `logp` log mu(taken)
+        or None."""
         v = step.valid
         steps = int(np.count_nonzero(v))
-        self.pending.add(
-            obs, taken, step.rewards, step.next_obs, step.terminated, v, greedy, logp, steps
-        )
+        self._add(obs, taken, behaviour, logp, step, steps)
         rewards = step.rewards if steps == len(v) else np.where(v, step.rewards, 0.0)
         self.episodes.step(rewards, step.ended, version, env_steps + steps, v)
         return steps
+
+    def _add(self, obs, taken, behaviour, logp, step, n_valid: int) -> None:
+        self.pending.add_step(obs, taken, step.rewards, step.next_obs, step.terminated,
+                              step.valid, behaviour, logp, n_valid)  # fmt: skip

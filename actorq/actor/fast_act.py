@@ -1,4 +1,5 @@
-"""The fast path in compiled calls: the policy's forward, epsilon-greedy, the recording.
+"""The fast path in compiled calls: runners of the policy's forward, of `EpsilonGreedy`
+and of `StepRecorder` (the one exploration and the one recording, actorq.actor.columns).
 
 At CartPole's sizes the torch forward of an int8 policy is mostly the call overhead of
 ~8 ops, and `EpsilonGreedy` is ~6 numpy calls; together they were about a third of an
@@ -8,8 +9,9 @@ and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
 
 - `PolicyForward`: `actorq.quant.fused_mlp.FusedMLP`, one numba call equal to the
   module's forward (int8 layers bit for bit, tests/unit/test_fused_mlp.py), built once per
-  policy version; policies it cannot express (CNNs, fp32/fp16 precisions, float fallback
-  layers) or nets too large for it to pay (`FUSE_MAX_LAYER_WEIGHTS`) keep the torch module;
+  policy version from its decoded arrays (`LoadedPolicy.arrays`); policies it cannot
+  express (CNNs, fp32/fp16 precisions, float fallback layers) or nets too large for it to
+  pay (`FUSE_MAX_LAYER_WEIGHTS`) keep the torch module;
 - `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
   same seed gives the same actions, the same greedy actions and log-probs);
 - `FusedRecorder`: `StepRecorder` (the step's seven column copies into `StepColumns`,
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
@@ -75,7 +78,8 @@ class PolicyForward:
         if self.fused:
             from actorq.quant.fused_mlp import fuse_mlp
 
-            fused = fuse_mlp(policy.module)
+            # From the decoded arrays the module was built from (None: the torch module).
+            fused = None if policy.arrays is None else fuse_mlp(policy.arrays)
             if fused is not None:
                 return fused, "fused"
         return _torch_forward(policy.module), "torch"
@@ -113,13 +117,13 @@ class FusedEpsilonGreedy(EpsilonGreedy):
         self._actions = np.empty((2, m), np.int64)
         self._logp = np.empty(m, np.float32)
         self._draws = np.empty((0, m))  # a block of uniforms, one row per call
-        self._next, self._rng = 0, None
+        self._next, self._rng = 0, cast(np.random.Generator | None, None)
 
     def __call__(
         self, q_values: np.ndarray, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(taken, greedy, log mu(taken)) in buffers reused by the next call: callers copy
-        them before then (StepColumns.add and the recorder do)."""
+        them before then (StepColumns.add_step and the recorder do)."""
         if self._next == len(self._draws) or rng is not self._rng:
             # A new generator starts a new block: the old one's draws are its own.
             self._draws = rng.random((self.DRAW_STEPS, len(self.epsilon)))
@@ -138,14 +142,14 @@ class FusedRecorder(StepRecorder):
         super().__init__(pending, episodes)
         from actorq.actor.act_kernels import record_step
 
-        self._kernel = record_step
+        self._kernel, self.columns = record_step, pending
 
     def __call__(self, obs, taken, greedy, logp, step, version: int, env_steps: int) -> int:
-        p, e = self.pending, self.episodes
+        p, e = self.columns, self.episodes
         # C-ordered (the stepper's are: no copy), with the dtypes the kernel was warmed up
         # for (float32 or float64 rewards): no compile inside the loop.
         obs, next_obs = np.ascontiguousarray(obs), np.ascontiguousarray(step.next_obs)
-        rewards = np.asarray(step.rewards, _reward_dtype(step.rewards))
+        rewards: np.ndarray = np.asarray(step.rewards, _reward_dtype(step.rewards))
         done_at = e.reserve(p.num_envs)  # the ended episodes go straight to its columns
         valid, done = self._kernel(
             p.next_row(), obs, taken, rewards, next_obs,

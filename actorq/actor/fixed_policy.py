@@ -32,8 +32,8 @@ def make_policy(
         spec = MLPSpec(info.obs_dim, info.num_actions, hidden)
     weights = {k: v.numpy().copy() for k, v in build_network(spec).state_dict().items()}
     encoded = encode_policy(weights, spec, parse_precision(precision), 1, 0)
-    module = build_policy_module(decode_blob(encoded.envelope))
-    return LoadedPolicy(1, precision, module, encoded.blob_bytes)
+    arrays = decode_blob(encoded.envelope)
+    return LoadedPolicy(1, precision, build_policy_module(arrays), encoded.blob_bytes, arrays)
 
 
 class StaticFollower:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 import redis
@@ -25,41 +25,38 @@ from gymnasium import spaces
 from prometheus_client import Histogram
 
 from actorq import metrics
-from actorq.actor.columns import PendingTransitions, StepColumns, auto_push_every
-from actorq.actor.derived import actor_limiter, env_epsilons
+from actorq.actor.columns import (
+    PendingTransitions,
+    StepColumns,
+    StepRecorder,
+    auto_push_every,
+)
+from actorq.actor.derived import (
+    ContinuousExploration,
+    actor_limiter,
+    env_epsilons,
+    ou_noise,
+    wait_for_learner,
+)
 from actorq.actor.episodes import EpisodeTracker
-from actorq.actor.fast_act import fast_acting, make_recorder
-from actorq.actor.nstep import NStepAccumulator
+from actorq.actor.fast_act import PolicyForward, fast_acting, make_recorder
+from actorq.actor.nstep import NStepAccumulator, NStepRecorder
 from actorq.actor.policy_follower import LoadedPolicy, PolicyFollower
 from actorq.actor.push import Transaction
 from actorq.actor.stepper import VectorStepper
 from actorq.breakdown import LOOP_PHASES, PhaseClock, observe_many
 from actorq.config import ActorSettings
-from actorq.exploration import (
-    OUNoise,
-    clipped_gaussian_logp,
-    epsilon_greedy,
-    epsilon_greedy_logp,
-    gaussian_action_noise,
-    uniform_logp,
-)
 from actorq.redis_keys import RedisKeys
 from actorq.replay import RedisReplayWriter
 
 log = logging.getLogger(__name__)
 
+Explore = Callable[
+    [np.ndarray, np.random.Generator], tuple[np.ndarray, np.ndarray, np.ndarray | None]
+]
+"""Outputs, generator -> (taken, the policy's own action, log mu(taken) or None)."""
+
 EXPORT_EVERY_S = 0.25  # the actor's Prometheus counters are at most this stale
-
-
-@dataclass(frozen=True)
-class _Acted:
-    """One step's actions: taken (after exploration), the policy's own before exploration
-    (greedy action or tanh mean), log mu(taken) where the exploration's density is known."""
-
-    taken: np.ndarray
-    behaviour: np.ndarray
-    logp: np.ndarray | None
-    policy: LoadedPolicy
 
 
 class _EnvWorker:
@@ -127,7 +124,7 @@ class Actor(_EnvWorker):
         settings = self.s
         self.epsilon = env_epsilons(settings)
         self.rng = np.random.default_rng(settings.seed + 7919 * settings.actor_index)
-        self.ou = self._ou_noise() if self.continuous and settings.noise == "ou" else None
+        self.ou = ou_noise(settings, self.env) if self.continuous else None
         self.nstep = (
             NStepAccumulator(
                 self.env.num_envs, settings.n_step, settings.gamma, cut=settings.nstep_cut
@@ -144,19 +141,7 @@ class Actor(_EnvWorker):
             maxlen_entries=max(settings.replay_stream_max_transitions // self.push_every, 1),
             obs_codec=settings.obs_codec,
         )
-        self.pending: PendingTransitions | StepColumns = PendingTransitions()
-        # Discrete 1-step transitions (DQN) take the fast path (actorq.actor.columns);
-        # continuous and n-step ones the plain path.
-        self.fast = settings.fast_step and not self.continuous and self.nstep is None
-        if self.fast:
-            num_actions = int(self.env.single_action_space.n)  # numba where it can (fast_act)
-            self.explore, self.forward = fast_acting(self.epsilon, num_actions, settings.fused_act)
-            space = self.env.single_observation_space
-            steps = -(-self.push_every // self.env.num_envs) + 1
-            self.pending = StepColumns(
-                self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
-            )
-            self.record = make_recorder(self.pending, self.episodes, settings.fused_act)
+        self._build_acting(settings)
         self.inserted = 0
         self._steps_exported = 0
         self._in_flight: Transaction | None = None  # sent, replies not read yet
@@ -180,6 +165,32 @@ class Actor(_EnvWorker):
         self._episodes_metric = metrics.ACTOR_EPISODES.labels(self.instance)
         self._episode_return_metric = metrics.ACTOR_EPISODE_RETURN.labels(self.instance)
 
+    def _build_acting(self, settings: ActorSettings) -> None:
+        """The step's three parts: forward, exploration, recording. Discrete 1-step
+        transitions (DQN) take the fast path: preallocated columns (actorq.actor.columns),
+        and numba runners of the forward, exploration and recording where they can
+        (actorq.actor.fast_act); continuous and n-step ones are kept as parts (plain)."""
+        self.fast = settings.fast_step and not self.continuous and self.nstep is None
+        self.pending: PendingTransitions | StepColumns = PendingTransitions()
+        self.record: StepRecorder = StepRecorder(self.pending, self.episodes)
+        self.explore: Explore
+        if self.continuous:
+            self.explore = ContinuousExploration(settings, self.ou, lambda: self.env_steps)
+            self.forward = PolicyForward(fused=False)
+        else:
+            num_actions = int(self.env.single_action_space.n)
+            fused = self.fast and settings.fused_act
+            self.explore, self.forward = fast_acting(self.epsilon, num_actions, fused)
+        if self.nstep is not None:
+            self.record = NStepRecorder(self.pending, self.episodes, self.nstep, self.continuous)
+        elif self.fast:
+            space = self.env.single_observation_space
+            steps = -(-self.push_every // self.env.num_envs) + 1
+            self.pending = StepColumns(
+                self.env.num_envs, space.shape, self.stepper.obs_dtype, steps
+            )
+            self.record = make_recorder(self.pending, self.episodes, settings.fused_act)
+
     def _count_steps(self, steps: int) -> None:
         self.env_steps += steps  # to Prometheus every EXPORT_EVERY_S (_export_metrics)
 
@@ -187,11 +198,6 @@ class Actor(_EnvWorker):
         obs_bytes = int(np.prod(self.env.single_observation_space.shape))
         obs_bytes *= 1 if self.stepper.obs_dtype == np.uint8 else 4
         return 2 * obs_bytes + 25  # + action, reward, done, behaviour, log-prob
-
-    def _ou_noise(self) -> OUNoise:
-        act_dim = int(self.env.single_action_space.shape[0])
-        seed = self.s.seed + 7919 * self.s.actor_index + 1
-        return OUNoise(self.env.num_envs, act_dim, self.s.noise_sigma, seed=seed)
 
     def run(self) -> None:
         # Every transition carries a real policy version, so wait for the first one.
@@ -205,13 +211,12 @@ class Actor(_EnvWorker):
             self.epsilon.max(),
             self.epsilon.min(),
         )
-        step = self._fast_step if self.fast else self._step
         loop_started = self._loop_started = time.perf_counter()
         # One inference-mode scope for the whole loop rather than one per forward.
         with torch.inference_mode():
             while not self.stop.is_set() and not self._budget_spent():
                 self.clock.start()
-                obs = step(obs)
+                obs = self._step(obs)
                 if self.pending.count >= self.push_every:
                     self._push()
                 self.loop_steps += 1
@@ -259,82 +264,31 @@ class Actor(_EnvWorker):
     def _budget_spent(self) -> bool:
         return self.s.max_env_steps > 0 and self.env_steps >= self.s.max_env_steps
 
-    def _actions(self, obs: np.ndarray) -> _Acted:
-        policy = self.follower.current
-        assert policy is not None  # run() waits for the first policy
-        out = self.q_values(policy, obs)
-        self.clock.mark("inference")
-        if not self.continuous:
-            greedy = out.argmax(axis=1)
-            taken = epsilon_greedy(out, self.epsilon, self.rng)
-            logp = epsilon_greedy_logp(taken, greedy, self.epsilon, out.shape[1])
-            return _Acted(taken, greedy, logp, policy)
-        mean = np.asarray(out, np.float32)  # the int8 policy's action before any noise
-        if self.env_steps < self.s.random_steps:  # uniform warm-up fills replay broadly
-            uniform = self.rng.uniform(-1.0, 1.0, out.shape).astype(np.float32)
-            return _Acted(uniform, mean, uniform_logp(*out.shape), policy)
-        if self.ou is not None:  # OU's state makes the density unknown here: no log-prob
-            return _Acted(self.ou(out), mean, None, policy)
-        sigma = self.s.noise_sigma
-        noisy = gaussian_action_noise(out, sigma, self.rng)
-        logp = clipped_gaussian_logp(noisy, mean, sigma) if sigma > 0 else None
-        return _Acted(noisy, mean, logp, policy)
-
     def _step(self, obs: np.ndarray) -> np.ndarray:
-        acted = self._actions(obs)
-        self.clock.mark("explore")
-        step = self.stepper.step(acted.taken)
-        self.clock.mark("env_step")
-        v = step.valid
-        extras = (acted.behaviour,) if acted.logp is None else (acted.behaviour, acted.logp)
-        if self.nstep is not None:
-            done = self.nstep.add(
-                obs, acted.taken, step.rewards, step.next_obs, step.terminated, step.ended, v,
-                extras, greedy=None if self.continuous else acted.taken == acted.behaviour,
-            )  # fmt: skip
-            if done is not None:
-                self.pending.add(*done)
-        else:
-            row = (obs[v], np.asarray(acted.taken)[v], step.rewards[v], step.next_obs[v])
-            self.pending.add(*row, step.terminated[v], None, *(e[v] for e in extras))
-        if self.ou is not None:
-            self.ou.reset(step.ended)
-        version = acted.policy.version
-        self.version_of_pending, self.precision = version, acted.policy.precision
-        steps = int(v.sum())
-        self._count_steps(steps)
-        self._track_episodes(np.where(v, step.rewards, 0.0), step.ended, version, v)
-        self.clock.mark("record")
-        return step.obs
-
-    def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act)."""
-        started = time.perf_counter()
-        q = self.forward(policy, obs)
-        self._inference_seconds.append((policy.precision, time.perf_counter() - started))
-        return q
-
-    def _fast_step(self, obs: np.ndarray) -> np.ndarray:
-        """`_step` for discrete 1-step transitions (actorq.actor.columns); the same
-        transitions, episodes and counters, with fewer Python calls."""
+        """One vector step: forward, exploration, env step, recording (each timed)."""
         policy = self.follower.current
         assert policy is not None  # run() waits for the first policy
         out = self._forward(policy, obs)
         self.clock.mark("inference")
-        taken, greedy, logp = self.explore(out, self.rng)
+        taken, behaviour, logp = self.explore(out, self.rng)
         self.clock.mark("explore")
         step = self.stepper.step(taken)
         self.clock.mark("env_step")
-        steps = self.record(obs, taken, greedy, logp, step, policy.version, self.env_steps)
+        steps = self.record(obs, taken, behaviour, logp, step, policy.version, self.env_steps)
+        if self.ou is not None:
+            self.ou.reset(step.ended)
         self.version_of_pending, self.precision = policy.version, policy.precision
         self._count_steps(steps)
         self.clock.mark("record")
         return step.obs
 
-    def _track_episodes(
-        self, rewards: np.ndarray, ended: np.ndarray, version: int, valid: np.ndarray
-    ) -> None:
-        self.episodes.step(rewards, ended, version, self.env_steps, valid)
+    def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
+        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act);
+        its latency is observed at the next export, not on every step."""
+        started = time.perf_counter()
+        q = self.forward(policy, obs)
+        self._inference_seconds.append((policy.precision, time.perf_counter() - started))
+        return q
 
     def _export_episodes(self) -> None:
         """Episode count and mean return to Prometheus, once per push: the mean over the
@@ -389,7 +343,9 @@ class Actor(_EnvWorker):
         metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(rows)
         self.clock.mark("push")
         try:
-            self._respect_rate_limit(counters)
+            wait_for_learner(
+                self.limiter, counters, self.client, self.keys, self.stop, self.instance
+            )
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self._on_redis_error(exc, final)
             self.clock.mark("push")
@@ -410,21 +366,3 @@ class Actor(_EnvWorker):
         if not final:
             self.stop.wait(self._backoff)
             self._backoff = min(self._backoff * 2, 2.0)
-
-    def _respect_rate_limit(self, counters: list) -> None:
-        """Wait while all actors together run too far ahead of the learner's sampling;
-        `counters` (inserted, sampled) as read with the push, then polled while waiting."""
-        if self.limiter is None:
-            return
-        started = time.perf_counter()
-        while not self.stop.is_set():
-            inserted, sampled = counters
-            if self.limiter.can_insert(int(inserted or 0), int(sampled or 0), 1):
-                break
-            # The learner reports its sampled count every few updates; polling faster than
-            # that only burns CPU the learner needs on a small machine.
-            self.stop.wait(0.02)
-            counters = self.client.mget(self.keys.inserted_counter, self.keys.learner_sampled)
-        waited = time.perf_counter() - started
-        if waited > 0.001:
-            metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance).inc(waited)

@@ -25,6 +25,8 @@ from collections import deque
 
 import numpy as np
 
+from actorq.actor.columns import PendingTransitions, StepRecorder
+
 
 class NStepAccumulator:
     def __init__(self, num_envs: int, n: int, gamma: float, cut: bool = False) -> None:
@@ -85,3 +87,22 @@ class NStepAccumulator:
         first_obs, first_action, _, first_extras = window[0]
         total = sum(self.gamma**k * r for k, (_, _, r, _) in enumerate(window))
         return (first_obs, first_action, total, next_obs, done, len(window), *first_extras)
+
+
+class NStepRecorder(StepRecorder):
+    """`StepRecorder` for n-step transitions: each step's rows wait in the accumulator, and
+    the transitions it completes go to the pending parts; episodes as every step's."""
+
+    def __init__(
+        self, pending: PendingTransitions, episodes, nstep: NStepAccumulator, continuous: bool
+    ) -> None:
+        super().__init__(pending, episodes)
+        self.parts, self.nstep, self.continuous = pending, nstep, continuous
+
+    def _add(self, obs, taken, behaviour, logp, step, n_valid: int) -> None:
+        extras = (behaviour,) if logp is None else (behaviour, logp)
+        greedy = None if self.continuous else taken == behaviour  # where `cut` ends windows
+        done = self.nstep.add(obs, taken, step.rewards, step.next_obs, step.terminated,
+                              step.ended, step.valid, extras, greedy=greedy)  # fmt: skip
+        if done is not None:
+            self.parts.add(*done)

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from actorq.models.fake_quant import fake_quantize
+
 OUTPUT_ACTIVATIONS = ("none", "tanh")
 INPUT_SHIFT = "input_norm.shift"
 INPUT_SCALE = "input_norm.scale"
@@ -118,7 +120,6 @@ class QNetwork(nn.Module):
         return torch.tanh(out) if self.spec.output_activation == "tanh" else out
 
     def _fake_quantized(self, obs: torch.Tensor) -> torch.Tensor:
-        from actorq.quant.fake import fake_quantize  # models must not import quant eagerly
 
         x = obs
         for layer in self.layers:

@@ -1,13 +1,15 @@
 """Array codecs: symmetric per-channel int8 and fp16, plus the error metric they share.
 
 Pure numpy, no torch: the quantizer service and any non-Python reader use the same math.
-int8 is symmetric per output channel (axis 0):
+int8 is symmetric per output channel (axis 0), with qmax = 127:
 
-    scale[c] = max_j |w[c, j]| / 127        (as float32, rounded up; 1.0 for a zero row)
-    q[c, j]  = clip(round_half_even(w[c, j] / scale[c]), -127, 127)
+    scale[c] = max_j |w[c, j]| / qmax       (as float32, rounded up; 1.0 for a zero row)
+    q[c, j]  = clip(round_half_even(w[c, j] / scale[c]), -qmax, qmax)
     w'[c, j] = scale[c] * q[c, j]
 
 -128 is never produced, so the code range is symmetric and negation cannot overflow.
+The low-bit widths (actorq.quant.lowbit) are the same rule with a smaller qmax:
+`quantize_symmetric_per_channel` is the one implementation of it.
 """
 
 from __future__ import annotations
@@ -35,20 +37,29 @@ def quantize_int8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scales is float32 of length `w.shape[0]`, every entry finite and > 0. For every
     element, |w - q * scale| <= scale / 2 (up to float32 rounding of w itself).
     """
+    return quantize_symmetric_per_channel(w, INT8_QMAX, "quantize_int8_per_channel")
+
+
+def quantize_symmetric_per_channel(
+    w: np.ndarray, qmax: int, caller: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rule of the module docstring with codes in [-qmax, qmax], for every bit width
+    (int8 here, 2..7 bits in actorq.quant.lowbit); `caller` names the public function in
+    errors. Codes are int8."""
     w = np.asarray(w)
-    _require_2d_finite(w, "quantize_int8_per_channel")
+    _require_2d_finite(w, caller)
     w64 = w.astype(np.float64, copy=False)
     max_abs = np.abs(w64).max(axis=1) if w.shape[1] else np.zeros(w.shape[0])
-    scales = (max_abs / INT8_QMAX).astype(np.float32)
-    # float32 rounding may leave scale * 127 below max|w| (badly so for subnormal scales),
+    scales = (max_abs / qmax).astype(np.float32)
+    # float32 rounding may leave scale * qmax below max|w| (badly so for subnormal scales),
     # which would clip the largest code; round such scales up by one ulp instead.
-    low = scales.astype(np.float64) * INT8_QMAX < max_abs
+    low = scales.astype(np.float64) * qmax < max_abs
     scales[low] = np.nextafter(scales[low], np.float32(np.inf))
     # All-zero rows (or ones whose scale underflows float32) get a harmless scale of 1.
     scales[~(scales > 0)] = ZERO_ROW_SCALE
     # Divide by the float32 scale actually stored, in float64, so rounding is exact.
     q = np.rint(w64 / scales.astype(np.float64)[:, None])
-    np.clip(q, -INT8_QMAX, INT8_QMAX, out=q)
+    np.clip(q, -qmax, qmax, out=q)
     return q.astype(np.int8), scales
 
 

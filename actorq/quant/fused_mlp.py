@@ -19,6 +19,10 @@ The integer sums run as float32 multiply-adds: products of integers are exact, a
 partial sum is an integer below 2**24 (checked when building, `_exact_in_float32`), so any
 summation order gives the exact integer, and the loops vectorise without fast-math.
 
+`fuse_mlp` builds it from the decoded `PolicyArrays` the actor already holds: the int8
+codes, float32 scales and biases that `build_policy_module` hands to fbgemm, so the same
+numbers, read without unpacking fbgemm's packed weights.
+
 Given the same float input, an int8 layer here equals `Int8Linear` bit for bit
 (tests/unit/test_fused_mlp.py); a whole forward may differ where the first layer's ulp
 moves an activation across a rounding boundary of the int8 grid (the test bounds that).
@@ -34,9 +38,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
-from torch import nn
 
-from actorq.quant.int8 import DequantizedLinear, Int8Linear
+from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
+from actorq.quant.arrays import PolicyArrays
+from actorq.quant.int8 import REDUCE_RANGE_ENGINES
+from actorq.quant.tensors import TensorArrays
+
+FBGEMM_ENGINES = frozenset({"fbgemm", "x86"})
+"""torch's quantized engines whose int8 Linear is fbgemm's, the arithmetic copied here."""
 
 # The fused forward pays off where torch's per-op overhead dominates: small nets. Measured
 # in one process (BENCHMARKS.md 23j): 0.2-0.6x torch's time at 64 wide (batch 16-128), but
@@ -66,18 +75,26 @@ class FusedMLP:
     arrays: numba unboxes each argument of a call (~0.15 us an array), so the weights
     travel as one float32 vector and the shapes and flags as one int64 vector."""
 
-    def __init__(self, first: tuple, int8_layers: list[Int8Linear], norm: tuple | None):
-        weight_t, bias, relu = first
+    def __init__(self, arrays: PolicyArrays, reduce_range: bool) -> None:
+        spec = arrays.spec
+        (first_w, first_b), *int8_layers = _layer_tensors(arrays)
+        weight_t = first_w.to_float32().T  # [in, out], as DequantizedLinear holds it
         dim, width = weight_t.shape
-        shift, scale = norm or (np.zeros(dim, np.float32), np.ones(dim, np.float32))
-        codes_t, weight_scales, biases, shapes, relus = _flatten(int8_layers)
-        flags = (norm is not None, relu, int8_layers[0].reduce_range, MIN_MAX_BY_COLUMN)
-        header = [*flags, dim, width, len(int8_layers)]
-        per_layer = np.column_stack([shapes, relus]).ravel()
-        self.layout = np.array([*header, *per_layer], np.int64)
-        vectors = (shift, scale, weight_t.ravel(), bias, codes_t, weight_scales, biases)
-        self.params = np.concatenate([_f32(v) for v in vectors])
-        self.num_outputs = int(shapes[-1, 1])
+        shift, scale = np.zeros(dim, np.float32), np.ones(dim, np.float32)
+        if spec.input_norm:
+            shift, scale = arrays.float32(INPUT_SHIFT), arrays.float32(INPUT_SCALE)
+        relus = [True] * (len(int8_layers) - 1) + [False]  # hidden layers only
+        flags = (spec.input_norm, True, reduce_range, MIN_MAX_BY_COLUMN)
+        shapes = [(w.values.shape[1], w.values.shape[0]) for w, _ in int8_layers]
+        per_layer = [v for shape, relu in zip(shapes, relus, strict=True) for v in (*shape, relu)]
+        self.layout = np.array([*flags, dim, width, len(int8_layers), *per_layer], np.int64)
+        # The int8 codes as float32 [in, out]: the kernel sums their products exactly.
+        codes_t = [w.values.T.astype(np.float32).ravel() for w, _ in int8_layers]
+        vectors = (shift, scale, weight_t.ravel(), first_b.to_float32(), *codes_t,
+                   *(w.scales for w, _ in int8_layers),
+                   *(b.to_float32() for _, b in int8_layers))  # fmt: skip
+        self.params = np.concatenate([np.ascontiguousarray(v, np.float32) for v in vectors])
+        self.num_outputs = shapes[-1][1]
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """float32 obs [B, obs_dim] -> float32 outputs [B, num_outputs]."""
@@ -85,70 +102,47 @@ class FusedMLP:
 
 
 def fuse_mlp(
-    module: nn.Module, max_layer_weights: int | None = FUSE_MAX_LAYER_WEIGHTS
+    arrays: PolicyArrays,
+    max_layer_weights: int | None = FUSE_MAX_LAYER_WEIGHTS,
+    engine: str | None = None,
 ) -> FusedMLP | None:
-    """A `FusedMLP` equal to `module` (a PolicyModule), or None where its layers are not
-    [InputNorm], fp32 first layer, int8 layers, or an int8 layer has more than
-    `max_layer_weights` weights (None: any size; then the caller keeps the torch module)."""
-    layers = list(getattr(module, "layers", ()))
-    norm = None
-    if layers and type(layers[0]).__name__ == "InputNorm":
-        norm = (_np(layers[0].shift), _np(layers[0].scale))
-        layers = layers[1:]
-    if len(layers) < 2 or not all(isinstance(x, Int8Linear) for x in layers[1:]):
+    """A `FusedMLP` equal to `build_policy_module(arrays)`, built from the same decoded
+    int8 codes and scales, or None (the caller keeps the torch module) where that module
+    is not [InputNorm], an fp32 first layer over int8/int4 codes and int8 layers; where
+    an int8 layer has more than `max_layer_weights` weights (None: any size); or where
+    `engine` (default: torch's current one, which `make_int8_linear` packs for) is not
+    fbgemm's: the kernel is bit-equal to fbgemm's arithmetic (x86), not qnnpack's (ARM)."""
+    engine = engine or torch.backends.quantized.engine
+    spec = arrays.spec
+    if not isinstance(spec, MLPSpec) or spec.output_activation != "none":
         return None
-    first = _first_layer(layers[0])
-    int8_layers = layers[1:]
-    if first is None or not _exact_in_float32(int8_layers):
+    layers = _layer_tensors(arrays)
+    # A float weight (fp32/fp16 policy, or the guard's fallback layer) is an nn.Linear.
+    if len(layers) < 2 or any(w.scales is None for w, _ in layers):
         return None
-    # Bit-equal to fbgemm's kernels (x86 engines) only; qnnpack (ARM) rounds its own way.
-    engines = {x.engine for x in int8_layers}
-    if len({x.reduce_range for x in int8_layers}) != 1 or not engines <= {"fbgemm", "x86"}:
+    reduce_range = engine in REDUCE_RANGE_ENGINES
+    if engine not in FBGEMM_ENGINES or not _exact_in_float32(layers[1:], reduce_range):
         return None
-    widest = max(x.in_features * x.out_features for x in int8_layers)
+    widest = max(w.values.size for w, _ in layers[1:])
     if max_layer_weights is not None and widest > max_layer_weights:
         return None
-    return FusedMLP(first, int8_layers, norm)
+    return FusedMLP(arrays, reduce_range)
 
 
-def _first_layer(layer: nn.Module) -> tuple | None:
-    """(weight [in, out], bias, relu) of a `DequantizedLinear`, else None."""
-    if not isinstance(layer, DequantizedLinear) or layer.bias is None:
-        return None
-    return _np(layer.weight_t), _np(layer.bias), bool(layer.relu)
+def _layer_tensors(arrays: PolicyArrays) -> list[tuple[TensorArrays, TensorArrays]]:
+    """(weight, bias) of every Linear layer, input to output."""
+    names = linear_layer_names(len(arrays.spec.widths) - 1)
+    return [(arrays.tensors[f"{n}.weight"], arrays.tensors[f"{n}.bias"]) for n in names]
 
 
-def _exact_in_float32(layers: list[Int8Linear]) -> bool:
+def _exact_in_float32(layers: list[tuple[TensorArrays, TensorArrays]], reduce_range: bool) -> bool:
     """Whether every int8 layer's integer sums stay below 2**24 (exact in float32)."""
-    for layer in layers:
-        codes, _, _ = layer.unpack()
-        qmax = 127 if layer.reduce_range else 255
-        if layer.in_features * qmax * int(codes.abs().max()) >= _EXACT_LIMIT:
+    qmax = 127 if reduce_range else 255  # the largest activation code
+    for weight, _ in layers:
+        codes = weight.values
+        if codes.shape[1] * qmax * int(np.abs(codes.astype(np.int32)).max()) >= _EXACT_LIMIT:
             return False
     return True
-
-
-def _flatten(layers: list[Int8Linear]) -> tuple[np.ndarray, ...]:
-    """The int8 layers as flat arrays, so one compiled signature serves every net."""
-    codes, scales, biases, shapes, relus = [], [], [], [], []
-    for layer in layers:
-        q, s, b = layer.unpack()
-        codes.append(q.to(torch.float32).t().contiguous().numpy().ravel())
-        scales.append(s.to(torch.float32).numpy())  # fbgemm keeps float32 scales
-        out = layer.out_features
-        biases.append(np.zeros(out, np.float32) if b is None else _np(b))
-        shapes.append((layer.in_features, out))
-        relus.append(layer.relu)
-    flat = (np.concatenate(codes), np.concatenate(scales), np.concatenate(biases))
-    return (*(_f32(x) for x in flat), np.array(shapes, np.int64), np.array(relus, np.bool_))
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
-
-
-def _f32(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, np.float32)
 
 
 # --- kernels ---

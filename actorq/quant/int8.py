@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-_REDUCE_RANGE_ENGINES = frozenset({"fbgemm", "x86"})
+REDUCE_RANGE_ENGINES = frozenset({"fbgemm", "x86"})
 """Engines whose int8 GEMM can saturate 16-bit sums without VNNI; they need 7-bit inputs."""
 
 # Passing the packed weights (a ScriptObject) to an op makes torch probe the object for
@@ -52,7 +52,7 @@ class Int8Linear(nn.Module):
         self.relu = relu
         self.engine = torch.backends.quantized.engine
         # Packed weights are laid out for the engine current at build time.
-        self.reduce_range = self.engine in _REDUCE_RANGE_ENGINES
+        self.reduce_range = self.engine in REDUCE_RANGE_ENGINES
         self._packed = packed
         ops = torch.ops.quantized
         self._op = _direct_overload(ops.linear_relu_dynamic if relu else ops.linear_dynamic)

@@ -1,6 +1,7 @@
 """Symmetric per-channel quantization at any width from 2 to 8 bits, and int4 packing.
 
-Pure numpy, the same math as int8 (actorq.quant.codec) with qmax = 2**(bits-1) - 1:
+Pure numpy, int8's rule (actorq.quant.codec.quantize_symmetric_per_channel, the one
+implementation) with qmax = 2**(bits-1) - 1:
 
     scale[c] = max_j |w[c, j]| / qmax       (float32, rounded up; 1.0 for a zero row)
     q[c, j]  = clip(round_half_even(w[c, j] / scale[c]), -qmax, qmax)
@@ -8,22 +9,17 @@ Pure numpy, the same math as int8 (actorq.quant.codec) with qmax = 2**(bits-1) -
 so int4 codes lie in [-7, 7] (-8 is never produced: the range stays symmetric) and 2-bit
 codes in [-1, 1] (ternary). The broadcast format stores int4 codes two per byte
 (`pack_int4`); the other widths exist for the post-training quantization study and for
-quantization-aware training (actorq.quant.fake), which simulate them in float32.
+quantization-aware training (actorq.models.fake_quant), which simulate them in float32.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-MIN_BITS, MAX_BITS = 2, 8
+from actorq.models.fake_quant import qmax_for_bits
+from actorq.quant.codec import dequantize_int8, quantize_symmetric_per_channel
+
 INT4_QMAX = 7
-
-
-def qmax_for_bits(bits: int) -> int:
-    """Largest code of a symmetric `bits`-bit quantizer: 2**(bits-1) - 1."""
-    if not isinstance(bits, int) or not MIN_BITS <= bits <= MAX_BITS:
-        raise ValueError(f"bits must be an int in [{MIN_BITS}, {MAX_BITS}], got {bits!r}")
-    return 2 ** (bits - 1) - 1
 
 
 def quantize_per_channel(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,32 +27,12 @@ def quantize_per_channel(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarr
 
     Returns `(q, scales)` with q in [-qmax, qmax] and |w - q * scale| <= scale / 2.
     """
-    qmax = qmax_for_bits(bits)
-    w = np.asarray(w)
-    if w.ndim != 2:
-        raise ValueError(f"quantize_per_channel expects a 2-D array, got shape {w.shape}")
-    if not np.isfinite(w).all():
-        raise ValueError("quantize_per_channel got NaN or Inf values")
-    w64 = w.astype(np.float64, copy=False)
-    max_abs = np.abs(w64).max(axis=1) if w.shape[1] else np.zeros(w.shape[0])
-    scales = (max_abs / qmax).astype(np.float32)
-    low = scales.astype(np.float64) * qmax < max_abs  # float32 rounding must not clip
-    scales[low] = np.nextafter(scales[low], np.float32(np.inf))
-    scales[~(scales > 0)] = np.float32(1.0)
-    q = np.rint(w64 / scales.astype(np.float64)[:, None])
-    np.clip(q, -qmax, qmax, out=q)
-    return q.astype(np.int8), scales
+    return quantize_symmetric_per_channel(w, qmax_for_bits(bits), "quantize_per_channel")
 
 
 def dequantize_per_channel(q: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """float32 values scales[c] * q[c, j]."""
-    q = np.asarray(q)
-    scales = np.asarray(scales, dtype=np.float32)
-    if q.ndim != 2 or scales.shape != (q.shape[0],):
-        raise ValueError(
-            f"dequantize needs 2-D codes and one scale per row, got {q.shape} and {scales.shape}"
-        )
-    return q.astype(np.float32) * scales[:, None]
+    """float32 values scales[c] * q[c, j] (int8's dequantizer: the codes are int8)."""
+    return dequantize_int8(q, scales)
 
 
 def fake_quantize_array(w: np.ndarray, bits: int) -> np.ndarray:

@@ -142,6 +142,7 @@ class Policy:
     tensors: dict[str, Tensor]
     payload: bytes
     sha256: bytes
+    fp32_equivalent_bytes: int = 0  # field 7, informational: readers do not check it
 
 
 def weight_shapes(spec: dict) -> dict[str, tuple[int, ...]]:
@@ -187,6 +188,31 @@ def _spec(buf: bytes) -> dict:
     }
 
 
+def check_spec(spec: dict) -> None:
+    """Section 4, check 3: the spec describes a network this reader can build."""
+    dims = [spec["obs_dim"], spec["num_outputs"], *spec["hidden"]]
+    if min(dims) < 1 or spec["activation"] != "relu":
+        raise BlobError(f"spec needs dims >= 1 and activation relu: {spec}")
+    if spec["kind"] == "mlp":
+        if spec["output_activation"] not in ("", "none", "tanh"):  # "none" reads as ""
+            raise BlobError(f"unknown output_activation {spec['output_activation']!r}")
+        return
+    if spec["output_activation"] not in ("", "none") or spec["input_norm"]:
+        raise BlobError("cnn spec: no output activation and no input_norm")
+    scale = spec["input_scale"]
+    if not (math.isfinite(scale) and scale > 0) or len(spec["obs_shape"]) != 3:
+        raise BlobError("cnn spec: input_scale finite > 0 and obs_shape [C, H, W]")
+    if min(spec["obs_shape"]) < 1 or spec["obs_dim"] != math.prod(spec["obs_shape"]):
+        raise BlobError("cnn spec: obs_shape entries >= 1, obs_dim = their product")
+    _, h, w = spec["obs_shape"]
+    if not spec["conv"]:
+        raise BlobError("cnn spec: at least one conv")
+    for out, k, s in spec["conv"]:
+        h, w = (h - k) // s + 1 if s else 0, (w - k) // s + 1 if s else 0
+        if min(out, k, s) < 1 or h < 1 or w < 1:
+            raise BlobError("cnn spec: conv sizes >= 1 that fit the frame")
+
+
 def verified_payload(envelope: bytes, secret: bytes | None = None) -> tuple[bytes, bytes]:
     """(payload, sha256) of a checked PolicyEnvelope; with `secret` (the key file's text,
     whitespace stripped) the HMAC and key id must verify too."""
@@ -215,6 +241,7 @@ def read_payload(payload: bytes, digest: bytes) -> Policy:
     precision = _one(f, 3, 0)
     if precision not in (FP32, FP16, P_INT8, P_INT4) or spec["kind"] not in ("mlp", "cnn"):
         raise BlobError(f"unknown precision {precision} or spec kind {spec['kind']!r}")
+    check_spec(spec)
     shapes = weight_shapes(spec)
     tensors: dict[str, Tensor] = {}
     for _, t in f.get(5, []):
@@ -224,7 +251,7 @@ def read_payload(payload: bytes, digest: bytes) -> Policy:
         tensors[name] = tensor
     if set(tensors) != set(shapes):
         raise BlobError(f"missing tensors: {sorted(set(shapes) - set(tensors))}")
-    return Policy(_one(f, 1, 0), precision, spec, tensors, payload, digest)
+    return Policy(_one(f, 1, 0), precision, spec, tensors, payload, digest, _one(f, 7, 0))
 
 
 def _tensor(buf: bytes, precision: int) -> tuple[str, Tensor]:
@@ -234,21 +261,23 @@ def _tensor(buf: bytes, precision: int) -> tuple[str, Tensor]:
     dtype, data = _one(f, 3, 0), _one(f, 4, b"")
     scales = _packed_floats(f, 5)
     zero_points = _packed_varints(f, 6)
-    if _one(f, 7, 0) != 0 or any(zero_points):
-        raise BlobError(f"{name}: only axis 0 and zero points 0 are read")
     count = math.prod(shape)
     if dtype != SPARSE_INT8 and any(n in f for n in (8, 9, 10)):
         raise BlobError(f"{name}: a dense tensor must not carry positions")
     if dtype in (FLOAT32, FLOAT16):
         wire = "<f4" if dtype == FLOAT32 else "<f2"
         held = np.frombuffer(data, wire).reshape(shape)
-        if len(data) != count * held.itemsize or scales.size or not np.isfinite(held).all():
+        # `axis` (field 7) means nothing on a float tensor and is ignored (section 3)
+        bad = len(data) != count * held.itemsize or scales.size or zero_points
+        if bad or not np.isfinite(held).all():
             raise BlobError(f"{name}: bad float tensor")
         return name, Tensor(
             dtype, held.astype(np.float32), held.astype(held.dtype.newbyteorder("="))
         )
     if precision not in (P_INT8, P_INT4) or len(scales) != shape[0] or not (scales > 0).all():
         raise BlobError(f"{name}: quantized tensor needs an int policy and one scale > 0 per row")
+    if _one(f, 7, 0) != 0 or any(zero_points) or len(zero_points) not in (0, shape[0]):
+        raise BlobError(f"{name}: only axis 0 and zero points 0 (none or one per row) are read")
     positions = ""
     if dtype == INT8:
         codes = np.frombuffer(data, np.int8).reshape(shape).copy()
@@ -350,6 +379,17 @@ def _zstd(diff: bytes, size: int) -> bytes:
         raise BlobError(f"zstd diff does not decompress: {err}") from err
 
 
+def _inflate(decoder, error: type[Exception], diff: bytes, size: int) -> bytes:
+    """One complete zlib or xz stream of at most `size` + 1 bytes, nothing after it."""
+    try:
+        raw = decoder.decompress(diff, size + 1)
+    except error as err:
+        raise BlobError(f"diff does not decompress: {err}") from err
+    if not decoder.eof or decoder.unused_data:
+        raise BlobError("diff stream cut off, too long, or followed by other bytes")
+    return raw
+
+
 def apply_delta(envelope: bytes, base: Policy, secret: bytes | None = None) -> Policy:
     """The target version from a delta envelope and the held `base`, bit for bit."""
     payload, _ = verified_payload(envelope, secret)
@@ -362,9 +402,9 @@ def apply_delta(envelope: bytes, base: Policy, secret: bytes | None = None) -> P
     held = [(name, base.tensors[name]) for name in weight_shapes(base.spec)]
     size = sum(t.held.nbytes + (t.scales.nbytes if t.scales is not None else 0) for _, t in held)
     if codec == CODEC_ZLIB:
-        raw = zlib.decompress(diff)
-    elif codec == CODEC_XZ:
-        raw = lzma.decompress(diff, format=lzma.FORMAT_XZ, memlimit=64 << 20)
+        raw = _inflate(zlib.decompressobj(), zlib.error, diff, size)
+    elif codec == CODEC_XZ:  # 64 MiB decoder memory: dictionaries up to 48 MiB
+        raw = _inflate(lzma.LZMADecompressor(lzma.FORMAT_XZ, 64 << 20), lzma.LZMAError, diff, size)
     elif codec == CODEC_ZSTD:
         raw = _zstd(diff, size)
     else:

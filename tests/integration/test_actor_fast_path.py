@@ -102,8 +102,8 @@ def test_step_columns_grow_and_match_pending_parts() -> None:
         action, behaviour = rng.integers(0, 2, size=(2, 3))
         reward, logp = rng.normal(size=3), rng.normal(size=3).astype(np.float32)
         done, valid = rng.random(3) < 0.3, rng.random(3) < 0.7
-        columns.add(obs, action, reward, next_obs, done, valid, behaviour, logp,
-                    int(valid.sum()))  # fmt: skip
+        columns.add_step(obs, action, reward, next_obs, done, valid, behaviour, logp,
+                         int(valid.sum()))  # fmt: skip
         pending.add(obs[valid], action[valid], reward[valid], next_obs[valid], done[valid],
                     None, behaviour[valid], logp[valid])  # fmt: skip
     assert columns.capacity >= columns.count == pending.count > 2 * 3

@@ -4,6 +4,7 @@ docs/BLOB_FORMAT.md that imports nothing from actorq (nor the protobuf package).
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import io
 import json
@@ -104,6 +105,52 @@ def test_delta_rebuilds_the_target_payload(name: str):
     assert target.sha256.hex() == entry["target_sha256"]
     assert target.payload == _read(entry["target"]).payload  # the full blob's bytes
     _assert_matches(target, entry["target"])
+
+
+FULL_KEYS = {"version", "precision", "spec_kind", "sha256", "key_id", "dtypes"}
+FULL_KEYS |= {"sparse_positions"}
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST["vectors"]))
+def test_manifest_entry_is_as_section_10_defines(name: str):
+    """BLOB_FORMAT.md section 10: `kind` is full/delta (what the .blob holds),
+    `blob_sha256` hashes the .blob file, `sha256` the payload; no other keys."""
+    entry, blob = MANIFEST["vectors"][name], _blob(name)
+    assert entry["blob_sha256"] == hashlib.sha256(blob).hexdigest()
+    assert entry["signed"] == bool(reader._one(reader._fields(blob), 4, b""))
+    common = {"kind", "blob_sha256", "signed"}
+    if entry["kind"] == "full":
+        assert set(entry) == common | FULL_KEYS
+        _, digest = reader.verified_payload(blob)
+        assert entry["sha256"] == digest.hex() != entry["blob_sha256"]
+        assert (VECTORS / f"{name}.npz").exists()
+    else:
+        assert entry["kind"] == "delta"
+        assert set(entry) == common | {"base", "target", "codec", "target_sha256"}
+        target = MANIFEST["vectors"][entry["target"]]
+        assert MANIFEST["vectors"][entry["base"]]["kind"] == target["kind"] == "full"
+        assert entry["target_sha256"] == target["sha256"]
+        assert not (VECTORS / f"{name}.npz").exists()
+
+
+@pytest.mark.parametrize("name", FULL)
+def test_fp32_equivalent_bytes_counts_every_tensor(name: str):
+    """Sections 0 and 2: 4 x the elements of every tensor, input_norm and act_max too."""
+    policy = _read(name)
+    elements = sum(int(np.prod(shape)) for shape in reader.weight_shapes(policy.spec).values())
+    assert policy.fp32_equivalent_bytes == 4 * elements
+
+
+def test_cnn_head_weights_follow_the_sparse_rule_and_convs_stay_dense():
+    """Section 3: the sparse rule covers a CNN's head (2-D) weights, never its convs."""
+    entry = MANIFEST["vectors"]["cnn-sparse-head"]
+    expected = np.load(VECTORS / "cnn-sparse-head.npz")
+    assert entry["spec_kind"] == "cnn"
+    assert entry["dtypes"]["convs.0.weight"] == "DTYPE_INT8"
+    assert (expected["convs.0.weight:codes"] == 0).mean() > 0.9  # sparse would be smaller
+    for head in ("head.0.weight", "head.2.weight"):
+        assert entry["dtypes"][head] == "DTYPE_SPARSE_INT8"
+    assert set(entry["sparse_positions"]) == {"head.0.weight", "head.2.weight"}
 
 
 def test_signed_blob_needs_the_right_key():

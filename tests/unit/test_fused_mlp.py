@@ -16,7 +16,14 @@ from actorq.actor.episodes import EpisodeTracker
 from actorq.actor.policy_follower import LoadedPolicy
 from actorq.actor.stepper import VectorStep
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork
-from actorq.quant import make_int8_linear, quantize_int8_per_channel, quantized_policy_from_weights
+from actorq.quant import (
+    build_policy_module,
+    decode_blob,
+    encode_policy,
+    make_int8_linear,
+    parse_precision,
+    quantize_int8_per_channel,
+)
 
 pytest.importorskip("numba")
 from actorq.actor.fast_act import (
@@ -33,6 +40,7 @@ from actorq.quant.fused_mlp import (
     min_max_by_column,
     mlp_forward,
 )
+from actorq.v1 import policy_pb2
 
 
 def _torch(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
@@ -91,35 +99,44 @@ def test_min_max_is_numpys_ignoring_nan(kernel) -> None:
         assert got == (np.nanmin(x), np.nanmax(x)), f"trial {trial}: {got}"
 
 
-def _policy(spec: MLPSpec, seed: int):
+def _weights(spec: MLPSpec, seed: int) -> dict[str, np.ndarray]:
     torch.manual_seed(seed)
     weights = {k: v.numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
     if spec.input_norm:
         rng = np.random.default_rng(seed)
         weights[INPUT_SHIFT] = rng.normal(size=spec.obs_dim).astype(np.float32)
         weights[INPUT_SCALE] = rng.uniform(0.1, 3, size=spec.obs_dim).astype(np.float32)
-    return quantized_policy_from_weights(weights, spec, "int8")
+    return weights
+
+
+def _policy(spec: MLPSpec, seed: int, precision: str = "int8") -> LoadedPolicy:
+    """The actor's view of a version: the decoded arrays and the module built from them."""
+    encoded = encode_policy(_weights(spec, seed), spec, parse_precision(precision), 1, 0)
+    arrays = decode_blob(encoded.envelope)
+    return LoadedPolicy(1, precision, build_policy_module(arrays), 0, arrays)
 
 
 @pytest.mark.parametrize(
-    "spec",
+    ("spec", "precision"),
     [
-        MLPSpec(4, 2, (64, 64)),  # CartPole's DQN
-        MLPSpec(8, 4, (256, 256), input_norm=True),
-        MLPSpec(17, 6, (512, 512, 512)),
-        MLPSpec(3, 5, (16,)),
+        (MLPSpec(4, 2, (64, 64)), "int8"),  # CartPole's DQN
+        (MLPSpec(8, 4, (256, 256), input_norm=True), "int8"),
+        (MLPSpec(17, 6, (512, 512, 512)), "int8"),
+        (MLPSpec(3, 5, (16,)), "int8"),
+        (MLPSpec(6, 3, (48, 40), input_norm=True), "int4"),
     ],
-    ids=["cartpole64", "norm256", "deep512", "one-hidden"],
+    ids=["cartpole64", "norm256", "deep512", "one-hidden", "int4-norm"],
 )
-def test_forward_equals_the_policy_module(spec: MLPSpec) -> None:
+def test_forward_equals_the_policy_module(spec: MLPSpec, precision: str) -> None:
     """Whole forwards, random policies and inputs. The int8 layers are exact given their
     input; only the fp32 first layer's sum order may differ from torch's sgemm (an ulp),
     which can move an activation across an int8 rounding boundary. So: every row equal
     to within 1e-5 of the Q range (a boundary flip moves a Q value by about one activation
     step times one weight, ~1e-3 of it, so this bound still fails a wrong quantizer), and
     the same argmax on every row whose top two Q values are further apart than that."""
-    module = _policy(spec, seed=spec.obs_dim)
-    fused = fuse_mlp(module, max_layer_weights=None)  # the kernel at every size
+    policy = _policy(spec, seed=spec.obs_dim, precision=precision)
+    module = policy.module
+    fused = fuse_mlp(policy.arrays, max_layer_weights=None)  # the kernel at every size
     assert fused is not None
     rng = np.random.default_rng(spec.obs_dim)
     for rows in (1, 7, 32, 128):
@@ -136,7 +153,7 @@ def test_forward_equals_the_policy_module(spec: MLPSpec) -> None:
 def test_forward_is_the_same_whichever_min_max_the_cpu_gets() -> None:
     """The layout's min/max flag (MIN_MAX_BY_COLUMN, chosen by the host CPU) changes
     speed, never outputs: both passes are exact."""
-    fused = fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=2))
+    fused = fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=2).arrays)
     assert fused is not None
     other = np.array(fused.layout)
     other[3] = 1 - other[3]
@@ -147,40 +164,61 @@ def test_forward_is_the_same_whichever_min_max_the_cpu_gets() -> None:
 def test_only_small_nets_are_fused_by_default() -> None:
     """Where the fused forward was measured slower than torch's (128 x 128 at batch 128,
     256 wide and up), the actor keeps the torch module; CartPole's 64x64 is fused."""
-    assert fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=1)) is not None
+    assert fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=1).arrays) is not None
     big = _policy(MLPSpec(4, 2, (256, 256)), seed=1)
-    assert fuse_mlp(big) is None and fuse_mlp(big, max_layer_weights=None) is not None
+    assert fuse_mlp(big.arrays) is None
+    assert fuse_mlp(big.arrays, max_layer_weights=None) is not None
     forward = PolicyForward(fused=True)
     obs = np.ones((3, 4), np.float32)
-    out = forward(LoadedPolicy(1, "int8", big, 0), obs)
+    out = forward(big, obs)
     assert forward.kind == "torch"
-    np.testing.assert_array_equal(out, _torch(big, obs))
+    np.testing.assert_array_equal(out, _torch(big.module, obs))
 
 
 def test_int8_layers_of_another_engine_are_not_fused() -> None:
     """The kernel reproduces fbgemm's arithmetic (the x86 engines); qnnpack's differs."""
-    module = _policy(MLPSpec(4, 2, (64, 64)), seed=1)
-    assert fuse_mlp(module) is not None
-    for layer in module.layers:
-        if hasattr(layer, "engine"):
-            layer.engine = "qnnpack"
-    assert fuse_mlp(module) is None
+    arrays = _policy(MLPSpec(4, 2, (64, 64)), seed=1).arrays
+    assert fuse_mlp(arrays) is not None
+    assert fuse_mlp(arrays, engine="x86") is not None
+    assert fuse_mlp(arrays, engine="qnnpack") is None
+
+
+def test_the_fused_forward_holds_the_decoded_codes() -> None:
+    """Built from the blob's arrays, not by unpacking fbgemm's packed weights: the numbers
+    it carries are those fbgemm's `Int8Linear`s hold (codes, float32 scales, biases)."""
+    policy = _policy(MLPSpec(5, 3, (24, 16)), seed=4)
+    fused = fuse_mlp(policy.arrays)
+    assert fused is not None
+    int8_layers = [x for x in policy.module.layers if hasattr(x, "unpack")]
+    assert len(int8_layers) == 2
+    packed = []
+    for layer in int8_layers:
+        codes, scales, bias = layer.unpack()
+        packed.append((codes.t().float().numpy().ravel(), scales.float().numpy(), bias.numpy()))
+    tail = np.concatenate([p[0] for p in packed] + [p[1] for p in packed] + [p[2] for p in packed])
+    assert fused.params[-tail.size :].tobytes() == tail.astype(np.float32).tobytes()
 
 
 def test_policies_it_cannot_express_keep_the_torch_module() -> None:
-    """fp32 and fp16 policies (no int8 layers) and tanh outputs are not fused."""
+    """fp32 and fp16 policies (no int8 layers), an int8 policy with a float fallback layer
+    (the quantizer's guard) and tanh outputs are not fused."""
     spec = MLPSpec(4, 2, (32, 32))
-    weights = {k: v.numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
     for precision in ("fp32", "fp16"):
-        assert fuse_mlp(quantized_policy_from_weights(weights, spec, precision)) is None
+        assert fuse_mlp(_policy(spec, 1, precision).arrays) is None
+    fallback = {"layers.2.weight": policy_pb2.DTYPE_FLOAT16}
+    int8 = parse_precision("int8")
+    encoded = encode_policy(_weights(spec, 1), spec, int8, 1, 0, fallback_layers=fallback)
+    assert fuse_mlp(decode_blob(encoded.envelope)) is None
     tanh = MLPSpec(4, 2, (32, 32), output_activation="tanh")
-    assert fuse_mlp(quantized_policy_from_weights(weights, tanh, "int8")) is None
+    assert fuse_mlp(_policy(tanh, 1).arrays) is None
     forward = PolicyForward(fused=True)
-    module = quantized_policy_from_weights(weights, spec, "fp32")
+    policy = _policy(spec, 1, "fp32")
     obs = np.ones((3, 4), np.float32)
-    out = forward(LoadedPolicy(1, "fp32", module, 0), obs)
+    out = forward(policy, obs)
     assert forward.kind == "torch"
-    np.testing.assert_array_equal(out, _torch(module, obs))
+    np.testing.assert_array_equal(out, _torch(policy.module, obs))
+    no_arrays = LoadedPolicy(1, "int8", _policy(spec, 1).module, 0)  # nothing to fuse from
+    assert PolicyForward(fused=True)(no_arrays, obs).shape == (3, 2)
 
 
 def test_fused_epsilon_greedy_draws_like_the_numpy_one() -> None:
@@ -220,11 +258,11 @@ def test_fused_epsilon_greedy_draws_from_the_generator_it_is_given() -> None:
 def test_switched_on_the_actor_fast_path_runs_the_kernels() -> None:
     explore, forward = fast_acting(np.full(4, 0.1), 2, enabled=True)
     assert type(explore) is FusedEpsilonGreedy and forward.fused
-    module = _policy(MLPSpec(4, 2, (64, 64)), seed=1)
+    policy = _policy(MLPSpec(4, 2, (64, 64)), seed=1)
     obs = np.ones((4, 4), np.float32)
-    out = forward(LoadedPolicy(1, "int8", module, 0), obs)
+    out = forward(policy, obs)
     assert forward.kind == "fused"
-    np.testing.assert_allclose(out, _torch(module, obs), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(out, _torch(policy.module, obs), rtol=0, atol=1e-6)
 
 
 def _random_step(rng: np.random.Generator, m: int, reward_dtype: type) -> VectorStep:

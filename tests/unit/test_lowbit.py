@@ -18,6 +18,7 @@ from actorq.quant import (
     decode_policy,
     encode_policy,
     policy_to_weights,
+    quantize_int8_per_channel,
     quantized_policy_from_weights,
     weights_from_module,
 )
@@ -86,6 +87,17 @@ def test_per_channel_error_within_half_scale(w: np.ndarray, bits: int) -> None:
     np.testing.assert_array_equal(fake_quantize_array(w, bits), dequantize_per_channel(q, scales))
 
 
+@settings(max_examples=100, deadline=None)
+@given(matrices)
+def test_eight_bits_is_the_int8_codec(w: np.ndarray) -> None:
+    """One rule for every width (codec.quantize_symmetric_per_channel): at 8 bits the
+    low-bit quantizer gives the int8 codec's codes and scales exactly."""
+    q, scales = quantize_per_channel(w, 8)
+    q8, scales8 = quantize_int8_per_channel(w)
+    np.testing.assert_array_equal(q, q8)
+    np.testing.assert_array_equal(scales, scales8)
+
+
 def test_fewer_bits_mean_larger_error() -> None:
     w = np.random.default_rng(0).normal(size=(64, 64)).astype(np.float32)
     errors = [
@@ -144,7 +156,7 @@ def test_int4_reader_refuses_minus_eight() -> None:
 
 @pytest.mark.parametrize("bits", [2, 4, 6, 8])
 def test_torch_fake_quantize_matches_the_codec(bits: int) -> None:
-    from actorq.quant.fake import fake_quantize
+    from actorq.models.fake_quant import fake_quantize
 
     w = np.random.default_rng(bits).normal(size=(17, 9)).astype(np.float32)
     got = fake_quantize(torch.from_numpy(w), bits).numpy()
@@ -152,7 +164,7 @@ def test_torch_fake_quantize_matches_the_codec(bits: int) -> None:
 
 
 def test_fake_quantize_passes_gradients_straight_through() -> None:
-    from actorq.quant.fake import fake_quantize
+    from actorq.models.fake_quant import fake_quantize
 
     w = torch.randn(4, 3, requires_grad=True)
     upstream = torch.randn(4, 3)

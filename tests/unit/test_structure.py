@@ -1,5 +1,7 @@
-"""The package's shape: no import cycles (counting imports inside functions too, which
-hide a cycle rather than break it) and no module past the length a reader takes in."""
+"""The package's shape: no import cycles (counting imports inside functions and under
+TYPE_CHECKING too, which hide a cycle rather than break it, and the package `__init__`
+every import of a submodule runs first), no module and no class past the length a reader
+takes in."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "actorq"
 MAX_LINES = 450
+MAX_CLASS_LINES = 250
 GENERATED = {"v1"}  # protobuf code from proto/ (make proto)
 
 
@@ -22,7 +25,7 @@ def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     return mods
 
 
-def _imports(path: Path, known: dict[str, Path]) -> set[str]:
+def _imports(path: Path, known: dict[str, Path], own_module: str = "") -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -31,14 +34,23 @@ def _imports(path: Path, known: dict[str, Path]) -> set[str]:
             names = [a.name for a in node.names]
         else:
             continue
-        found.update(n for n in names if n in known)
+        for name in names:
+            if name in known:
+                found.add(name)
+            # Importing a.b.c from outside package a.b runs a.b's __init__ first: an import
+            # too (inside a.b it has already started, so it adds nothing there).
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in known and not own_module.startswith(parent + "."):
+                    found.add(parent)
     return found
 
 
 def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     mods = _modules(package)
-    graph = {m: _imports(p, mods) - {m} for m, p in mods.items()}
+    graph = {m: _imports(p, mods, m) - {m} for m, p in mods.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -78,6 +90,16 @@ def test_finder_sees_a_cycle(tmp_path):
     assert import_cycles(pkg) == [["actorq.a", "actorq.b"]]
 
 
+def test_finder_counts_the_package_init_a_submodule_import_runs(tmp_path):
+    pkg = tmp_path / "actorq"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from actorq.a import x\n")
+    (pkg / "sub" / "leaf.py").write_text("")
+    (pkg / "a.py").write_text("from actorq.sub.leaf import y\n")  # runs sub/__init__ first
+    assert import_cycles(pkg) == [["actorq.a", "actorq.sub"]]
+
+
 def test_no_import_cycles():
     assert import_cycles() == []
 
@@ -87,3 +109,27 @@ def test_no_module_too_long():
         m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}, f"modules over {MAX_LINES} lines: split them by concern"
+
+
+def long_classes(package: Path = PACKAGE) -> dict[str, int]:
+    """Classes longer than MAX_CLASS_LINES, as module.Class -> lines."""
+    found = {}
+    for module, path in _modules(package).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    found[f"{module}.{node.name}"] = lines
+    return found
+
+
+def test_class_length_finder(tmp_path):
+    pkg = tmp_path / "actorq"
+    pkg.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
+    (pkg / "big.py").write_text(f"class Big:\n{body}\n\n\nclass Small:\n    pass\n")
+    assert long_classes(pkg) == {"actorq.big.Big": MAX_CLASS_LINES + 1}
+
+
+def test_no_class_too_long():
+    assert long_classes() == {}, f"classes over {MAX_CLASS_LINES} lines: split by responsibility"
