@@ -59,9 +59,9 @@ class RunSettings:
             f"{self.settle_at} with --learners {self.learners}",
         )
         _check(
-            self.learners == 1 or self.algo == "dqn",
-            f"--learners {self.learners}: parallel learners support --algo dqn only so far, "
-            f"got {self.algo!r}",
+            self.learners == 1 or self.algo not in ON_POLICY,
+            f"--learners {self.learners}: parallel learners are for off-policy algorithms "
+            f"(dqn, ddpg, td3, sac, d4pg), got {self.algo!r}",
         )
         _check(
             self.qat_bits == 0 or 2 <= self.qat_bits <= 8,

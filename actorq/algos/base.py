@@ -12,8 +12,9 @@ so DQN, DDPG, TD3, SAC and D4PG are interchangeable behind `make_algorithm`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -151,6 +152,9 @@ class Learner:
     step_names: tuple[str, ...] = ("loss", "q_mean", "grad_norm", "actor_loss")
     step_counts_updates = True  # each step is one update (not one of PPO's minibatches)
     descend: Descend = staticmethod(descend)  # the eager path's optimizer step
+    # Data-parallel learners (actorq.learner.distributed) set this to average gradients
+    # across ranks between backward and each optimizer step; eager path only.
+    grad_sync: Callable[[list[torch.Tensor]], None] | None = None
     _num_updates = 0
 
     @property
@@ -165,6 +169,25 @@ class Learner:
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """Every optimizer `step` descends with, in a fixed order."""
         raise NotImplementedError
+
+    def prime_optimizer(self) -> None:
+        """Create every optimizer's per-parameter state with a zero-gradient step
+        (parameters unchanged: Adam's first moment of 0 moves nothing). Data-parallel ranks
+        call this before receiving rank 0's state, so every rank's state dict has the same
+        tensors to overwrite."""
+        for opt in self.optimizers():
+            if opt.state:
+                continue
+            params = [p for group in opt.param_groups for p in group["params"]]
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    def weights_checksum(self) -> float:
+        """Sum of |w| over every optimized parameter: equal on data-parallel ranks in sync."""
+        params = [p for o in self.optimizers() for g in o.param_groups for p in g["params"]]
+        return float(sum(p.detach().double().abs().sum().item() for p in params))
 
     def target_tensors(self) -> list[torch.Tensor]:
         """What `step` mutates besides the optimizers' parameters and state (targets)."""
@@ -184,7 +207,10 @@ class Learner:
         """One update on the eager path: `step` with the host schedule around it."""
         n = self._num_updates + 1
         self.before_update(n)
-        out = self.step(x, self.step_flag(n), descend or self.descend)
+        if descend is None:
+            sync = self.grad_sync
+            descend = self.descend if sync is None else partial(self.descend, grad_sync=sync)
+        out = self.step(x, self.step_flag(n), descend)
         self._num_updates = n
         return out
 

@@ -7,9 +7,8 @@ hold this object: they receive `policy_weights()` after quantization.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -158,8 +157,6 @@ class DQNLearner(Learner):
         self._target_layers = [] if pixels else linear_layers(self.target)
         self.manual_grad = not pixels and supports_manual_grad(self.online)
         self._num_updates = 0
-        # Data-parallel learners set this to average gradients across ranks before each step.
-        self.grad_sync: Callable[[list[nn.Parameter]], None] | None = None
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer]
@@ -182,8 +179,7 @@ class DQNLearner(Learner):
         t = self._to_tensors(batch)
         if weights is not None:
             t["weights"] = weights_tensor(weights, t["action"].shape[0], self.device)
-        sync = self.grad_sync
-        out = self.run_step(t, None if sync is None else partial(self.descend, grad_sync=sync))
+        out = self.run_step(t)
         td_abs = out["td_abs"]
         return DQNUpdate(
             loss=float(out["loss"]),
@@ -284,23 +280,6 @@ class DQNLearner(Learner):
         self.target.load_state_dict(state)
 
     @torch.no_grad()
-    def weights_checksum(self) -> float:
-        """Sum of |w| over the online net: equal on data-parallel ranks that stay in sync."""
-        return float(sum(p.double().abs().sum().item() for p in self.online.parameters()))
-
-    def prime_optimizer(self) -> None:
-        """Create Adam's per-parameter state with a zero-gradient step (parameters unchanged).
-
-        Data-parallel ranks call this before receiving rank 0's state, so that every rank's
-        state dict has the same tensors to overwrite.
-        """
-        if self.optimizer.state:
-            return
-        for p in self.online.parameters():
-            p.grad = torch.zeros_like(p)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
         return {

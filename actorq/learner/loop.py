@@ -21,7 +21,7 @@ import numpy as np
 import redis
 
 from actorq import metrics
-from actorq.algos.dqn import DQNConfig, DQNLearner
+from actorq.algos.dqn import DQNConfig
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.behaviour import BehaviourMonitor, nstep_correction
@@ -99,7 +99,7 @@ class Learner:
         self.ingest = ReplayIngest(self.reader, self.storage, stop)
         self._agreement = StepAgreement(settings.device) if self.dist.enabled else None
         if self.dist.enabled:
-            _require_dqn_for_parallel(self.algo, settings, self.dist.world_size)
+            _check_parallel(self.algo, self.rlx2, self.dist.world_size)
             self.algo.grad_sync = GradientAverager(self.dist.world_size)
         # The limiter counts the whole learner group: it samples world_size batches per step.
         self.group_batch = algo_config.batch_size * self.dist.world_size
@@ -349,9 +349,19 @@ def _replay_mirror(
     return storage, learning
 
 
-def _require_dqn_for_parallel(algo: Any, settings: LearnerSettings, world_size: int) -> None:
-    if not isinstance(algo, DQNLearner):
+def _check_parallel(algo: Any, rlx2: RLx2Learning | None, world_size: int) -> None:
+    """Data-parallel learners average gradients; what would make replicas drift apart
+    (state updated outside the optimizers, from each rank's own batches) is refused."""
+    name = type(algo).__name__
+    if getattr(algo, "obs_rms", None) is not None:
         raise ConfigError(
-            f"parallel learners (world_size {world_size}) support algo dqn only so far, "
-            f"got {settings.algo!r}"
+            f"parallel learners (world_size {world_size}): {name} normalises observations "
+            "with running statistics each rank would update from its own batches; turn "
+            "obs_norm off or run one learner"
+        )
+    if rlx2 is not None and rlx2.config.active:
+        raise ConfigError(
+            f"parallel learners (world_size {world_size}): RLx2 (sparse topologies, delayed "
+            "n-step, dynamic replay) keeps per-learner state the ranks do not share; run "
+            "one learner"
         )

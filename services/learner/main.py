@@ -14,7 +14,6 @@ import time
 import torch
 
 from actorq import metrics
-from actorq.algos.dqn import DQNLearner
 from actorq.algos.factory import is_on_policy, load_algorithm_config, policy_spec
 from actorq.allocator import retain_freed_memory
 from actorq.config import LearnerSettings, load_settings
@@ -112,8 +111,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
 
 
 def _weights_checksum(learner: Learner) -> float:
-    """Equal on every data-parallel rank while the replicas agree (DQN only so far)."""
-    return learner.algo.weights_checksum() if isinstance(learner.algo, DQNLearner) else 0.0
+    """Equal on every data-parallel rank while the replicas agree."""
+    return learner.algo.weights_checksum()
 
 
 def serve(

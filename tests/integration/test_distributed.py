@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dist_worker import CONFIG, SPEC, rank_batch
+from dist_worker import CONFIG, SPEC, algo_batch, make_learner, rank_batch
 
 from actorq.algos.dqn import DQNLearner
 from actorq.redis_keys import RedisKeys
@@ -19,7 +19,9 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_group(world_size: int, steps: int, tmp_path: Path) -> list[dict[str, np.ndarray]]:
+def _run_group(
+    world_size: int, steps: int, tmp_path: Path, algo: str = "dqn"
+) -> list[dict[str, np.ndarray]]:
     addr = f"127.0.0.1:{find_free_port()}"
     outs = [tmp_path / f"rank{r}.npz" for r in range(world_size)]
     procs = [
@@ -27,6 +29,7 @@ def _run_group(world_size: int, steps: int, tmp_path: Path) -> list[dict[str, np
             [
                 *[sys.executable, str(WORKER), "--rank", str(r), "--world-size", str(world_size)],
                 *["--addr", addr, "--steps", str(steps), "--out", str(outs[r])],
+                *["--algo", algo],
             ],
             cwd=ROOT,
             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
@@ -55,6 +58,29 @@ def test_ranks_stay_identical_and_match_one_learner_on_the_joint_batch(tmp_path)
         halves = [rank_batch(0, step), rank_batch(1, step)]
         joint = {k: np.concatenate([h[k] for h in halves]) for k in halves[0]}
         reference.update(joint)
+    for name, value in reference.policy_weights().items():
+        np.testing.assert_allclose(ranks[0][name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "d4pg", "sac"])
+def test_every_off_policy_algorithm_trains_data_parallel(algo: str, tmp_path: Path) -> None:
+    """Two ranks stay identical; for the deterministic updates (DDPG, TD3 without target
+    smoothing noise, D4PG) they also equal one learner on the joint batch. SAC samples
+    its actions with each rank's own noise, so no single-batch reference exists: its
+    ranks must agree and have moved from the shared start."""
+    steps = 6  # TD3's actor steps on every second update: three actor steps
+    ranks = _run_group(2, steps, tmp_path, algo)
+    for name in ranks[0]:
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=f"{algo} {name}")
+    start = make_learner(algo, seed=100).policy_weights()
+    assert any(not np.array_equal(ranks[0][k], v) for k, v in start.items())  # it trained
+    if algo == "sac":
+        return
+    reference = make_learner(algo, seed=100)
+    reference.prime_optimizer()
+    for step in range(steps):
+        halves = [algo_batch(algo, 0, step), algo_batch(algo, 1, step)]
+        reference.update({k: np.concatenate([h[k] for h in halves]) for k in halves[0]})
     for name, value in reference.policy_weights().items():
         np.testing.assert_allclose(ranks[0][name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
