@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -85,6 +85,12 @@ study-quick: $(STAMP)  ## actorq study --quick: DQN 512x512x512, fp32/fp16/int8/
 
 study: $(STAMP)  ## actorq study: every setting, 3 seeds (hours); resumable
 	$(VENV)/bin/actorq study --out study
+
+scale-smoke: $(STAMP)  ## actorq scale --smoke: 1,2 actors x fp32,int8 on CartPole, one seed, ~4 min (docs/scale.md)
+	$(VENV)/bin/actorq scale --smoke --out scale-smoke $(ARGS)
+
+scale: $(STAMP)  ## actorq scale: 1,2,4 actors x fp32,int8 x 3 seeds to CartPole's 475 (up to ~95 min); resumable
+	$(VENV)/bin/actorq scale --out scale $(ARGS)
 
 bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path vs fast path, vs the FLOP floor (BENCHMARKS.md 12; ARGS=--quick)
 	$(PY) bench/bench_learner.py $(ARGS)

@@ -197,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_parser(sub)
     _add_ptq_parser(sub)
     _add_study_parser(sub)
+    _add_scale_parser(sub)
     sub.add_parser(  # parsed by actorq.security.redis_acl; listed here for --help
         "redis-acl",
         help="write a Redis ACL file with one least-privilege user per service",
@@ -214,6 +215,18 @@ def _add_study_parser(sub: argparse._SubParsersAction) -> None:
         description="Runs every (setting, seed, precision) through `actorq run`, "
         "interleaved and resumable, and writes report.md, runs.csv, arms.csv and plots.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_arguments(p)
+
+
+def _add_scale_parser(sub: argparse._SubParsersAction) -> None:
+    from actorq.scale.cli import add_arguments
+
+    p = sub.add_parser(
+        "scale",
+        help="actors x precision x replay ratio x seeds: throughput and time to target",
+        description="Runs every (actors, precision, samples per insert, seed) through "
+        "`actorq run`, resumable, and writes report.md, runs.csv and plots (docs/scale.md).",
     )
     add_arguments(p)
 
@@ -336,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             from actorq.study.cli import run as study
 
             return study(args)
+        if args.command == "scale":
+            from actorq.scale.cli import run as scale
+
+            return scale(args)
         if args.command == "ptq":
             from actorq.ptq import main as ptq_main
 
