@@ -223,7 +223,7 @@ class Learner:
     def _idle(self) -> None:
         """Wait for replay data; first report a stale sampled count (actors wait on it)."""
         if self.publisher is not None and self.report.due_while_idle(self.counters.updates):
-            self.report.send(self.counters.updates)
+            self.report.request(self.counters.updates)
         started = time.perf_counter()
         self.stop.wait(0.002)
         waited = time.perf_counter() - started
@@ -246,7 +246,7 @@ class Learner:
             if self.settling is None or self.settling.admits(snapshot.weights):
                 self.publisher.submit(snapshot)
         if updates % 10 == 0:
-            self.report.send(updates)
+            self.report.request(updates)
         if self.checkpointer is not None and updates % self.s.checkpoint_every == 0:
             self.checkpoint()
 
@@ -285,6 +285,7 @@ class Learner:
             # This rank's ingested count: the run's lost-transitions check (launch.final).
             self.client.hset(self.keys.learner_ingested, str(self.dist.rank), self.reader.added)
         self.update_step.flush_metrics()
+        self.report.close()  # the last counts are written below, on this thread
         if self.publisher is None:
             return
         self.publisher.close()

@@ -1,9 +1,15 @@
 """What rank 0 tells actors through Redis: how far the learner group has sampled, which
-is their side of the rate limiter (actorq.replay.rate_limiter)."""
+is their side of the rate limiter (actorq.replay.rate_limiter).
+
+The writes happen on a thread of their own: a blocking Redis round trip every 10 updates
+held the training thread for ~7% of its time (py-spy, DQN 64x64 on 2 cores), while all it
+needs to do is hand over the newest count. `request` never waits; `send` (shutdown, and
+tests) writes at once."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -22,20 +28,47 @@ class ProgressReport:
     ) -> None:
         self.client, self.keys, self.group_sampled = client, keys, group_sampled
         self.reported_updates, self.reported_at = -1, 0.0
+        self._wanted: int | None = None  # the newest update count asked for, not yet sent
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self._thread.start()
 
     def due_while_idle(self, updates: int) -> bool:
         """An idle learner reports a stale count at once (actors wait on it), and again
         each second while the last report failed (Redis away)."""
-        stale = self.reported_updates != updates
+        stale = self.reported_updates != updates and self._wanted != updates
         return stale or time.monotonic() > self.reported_at + 1
 
+    def request(self, updates: int) -> None:
+        """Have the reporter thread write the counts as of `updates` (never blocks)."""
+        with self._cond:
+            self._wanted = updates
+            self._cond.notify()
+
     def send(self, updates: int) -> None:
+        """Write the counts now, on the calling thread."""
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.set(self.keys.learner_updates, updates)
             pipe.set(self.keys.learner_sampled, self.group_sampled())
-            self.reported_updates = updates
             pipe.execute()
+            self.reported_updates = updates
             self.reported_at = time.monotonic()  # only once Redis has it
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("could not report progress to redis: %s", exc)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._wanted is not None)
+                if self._closed:
+                    return
+                updates, self._wanted = self._wanted, None
+            self.send(updates)
