@@ -101,13 +101,13 @@ bench-ingest: $(STAMP)  ## learner ingest alone: XREAD + unpack + replay insert,
 bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, forked vs spawned services (BENCHMARKS.md 12)
 	$(PY) bench/bench_startup.py $(ARGS)
 
-bench-regimes: $(STAMP)  ## where int8 actors pay: env steps/s and updates/s by policy size and replay ratio, fp32 vs int8 interleaved (BENCHMARKS.md 16d; ~20 min)
+bench-regimes: $(STAMP)  ## where int8 actors pay: env steps/s and updates/s by policy size and replay ratio, fp32 vs int8 interleaved (earlier BENCHMARKS 16d; ~20 min)
 	$(PY) bench/bench_regimes.py --hidden 64,64 --hidden 512,512,512 --hidden 2048,2048 --spi 16 --spi 1 --spi 0.25 $(ARGS)
 
 bench-kill-drill: $(STAMP)  ## SIGKILL actor-0 then the learner in default CartPole runs: does each still solve? (BENCHMARKS.md "Settling once solved"; ~15 min)
 	$(PY) bench/bench_kill_drill.py --seeds 1,2,3,4,5 $(ARGS)
 
-bench-stability: $(STAMP)  ## does DQN stay solved on CartPole for 200k env steps after solving: defaults vs settling once solved (BENCHMARKS.md 12k; ~12 min quiet)
+bench-stability: $(STAMP)  ## does DQN stay solved on CartPole for 200k env steps after solving: defaults vs settling once solved (BENCHMARKS.md "Settling once solved"; ~12 min quiet)
 	$(PY) bench/bench_stability.py --seeds 1,2,3,4,5 --arm settle: --arm none:--settle-at=none $(ARGS)
 
 bench-sparse-blob: $(STAMP)  ## bytes per broadcast: full int8, sparse+int8 80-98%, deltas vs dense fp32 (BENCHMARKS.md 14; ARGS=--quick)

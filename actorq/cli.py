@@ -255,7 +255,7 @@ def _samples_per_insert(args: argparse.Namespace) -> float:
 
 def _resolve_settle_at(args: argparse.Namespace) -> float | None:
     """--settle-at auto: the env's reward threshold for DQN on one learner, else never (it
-    was measured for DQN only: BENCHMARKS 12k). Not given: auto, unless --target-return
+    was measured for DQN only: earlier BENCHMARKS 12k). Not given: auto, unless --target-return
     is none, where nothing is to be solved and settling would freeze a throughput run's
     learner mid-run."""
     if args.settle_at == SETTLE_AT_DEFAULT:

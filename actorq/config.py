@@ -123,7 +123,7 @@ class QuantizerSettings(CommonSettings):
     tls_allowed_publishers: str = ""  # mTLS: cert names allowed to PublishWeights
     # Guarded broadcasts (actorq.guard): each version is measured against fp32 on recent
     # replay observations and layers fall back to float until it is within the threshold.
-    guard: bool = False  # opt-in: see BENCHMARKS.md 16b (costs learner CPU, fires often)
+    guard: bool = False  # opt-in: see earlier BENCHMARKS 16b (costs learner CPU, fires often)
     guard_max_disagreement: float = 0.05  # Q-networks: limit of guard_discrete_measure
     guard_discrete_measure: str = "regret"  # or "disagreement" (actorq.guard says why)
     guard_gamma: float = 0.99  # the Q-network's discount, for regret (actorq run passes it)
@@ -278,7 +278,7 @@ class LearnerSettings(CommonSettings):
     settle_lr_scale: float = 0.0
     # On settling, load the weights of the version the evaluator measured (the newest one
     # in its window that averaged the threshold) instead of the learner's current ones,
-    # which are 9-27 versions newer and may already be worse (BENCHMARKS.md 12t).
+    # which are 9-27 versions newer and may already be worse (earlier BENCHMARKS 12t).
     settle_rollback: bool = True
     # Share of each batch drawn from episode-ending rows once settled (uniform replay only;
     # actorq.replay.sampler.TerminalShareSampler). 0 = plain uniform sampling.

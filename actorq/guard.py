@@ -12,7 +12,7 @@ any other spec is broadcast unguarded. The measures:
   observations whose argmax differs) and the relative Q error mean|q_q - q_fp32| /
   mean|q_fp32|. Regret is disagreement weighted by how much each flip costs: DQN's
   Q-values of two actions are often nearly tied (CartPole's most of all), and flipping a
-  near-tie costs nothing, yet counts fully as disagreement (BENCHMARKS.md 16b: int8 read
+  near-tie costs nothing, yet counts fully as disagreement (earlier BENCHMARKS 16b: int8 read
   0.76 disagreement and fell back on nearly every version);
 - deterministic tanh policies (continuous): mean |a_q - a_fp32| / action range (2, actions
   live in [-1, 1]; the guarded measure), and the KL between the actors' Gaussian

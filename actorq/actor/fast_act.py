@@ -23,7 +23,7 @@ Without numba or scipy, or with ACTORQ_FUSED_ACT=0: the torch module, `EpsilonGr
 
 Importing numba and scipy (~0.6-0.95 s) and loading the kernels from numba's on-disk cache
 (~0.4-0.5 s) happen while the actor is built (`fast_acting`), before its loop's clock
-starts; with an empty cache the first compile took 6.3 s (BENCHMARKS.md 23f).
+starts; with an empty cache the first compile took 6.3 s (BENCHMARKS.md 23l).
 """
 
 from __future__ import annotations

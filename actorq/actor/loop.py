@@ -227,7 +227,7 @@ class Actor(_EnvWorker):
     def _export_metrics(self, final: bool) -> None:
         """Counters and deferred observations to Prometheus at most every EXPORT_EVERY_S,
         and at the final push: at M = 128 pushes come every ~7 ms, and exporting at each
-        cost ~2.5 us per vector step (BENCHMARKS.md 23k); scrapes come every few seconds."""
+        cost ~2.5 us per vector step (BENCHMARKS.md 23l); scrapes come every few seconds."""
         now = time.perf_counter()
         if final or now - self._last_export >= EXPORT_EVERY_S:
             self._last_export = now

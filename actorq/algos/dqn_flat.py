@@ -4,7 +4,7 @@ on one flat parameter buffer. A runner beside the captured ones (actorq.algos.ca
 
 At CartPole's sizes (64x64 MLP, batch 128) an update is a few MFLOP and its time is per-op
 framework overhead: ~70 small ops at 3-5 us each through torch against ~1 us through
-numpy (BENCHMARKS.md 12h: the torch path 0.73 ms, its FLOP floor 0.03 ms). So here the
+numpy (earlier BENCHMARKS 12h: the torch path 0.73 ms, its FLOP floor 0.03 ms). So here the
 forward passes, the double-DQN target, the Huber gradient, the MLP backward, the global
 norm clip and Adam are numpy ops on preallocated buffers, with matrix products in BLAS.
 

@@ -122,7 +122,7 @@ def _fit(algo: str) -> CostModel:
     else:
         fixed, rate = 0.0, _case_mflop(rows[0]) / rows[0].cpu_ms
     cuda = max(m.cuda_ms for m in rows)
-    return CostModel(fixed, rate, cuda, f"{algo}'s constants, measured on an H200 in issue 29")
+    return CostModel(fixed, rate, cuda, f"{algo}'s constants, measured on an H200")
 
 
 def _costs() -> dict[str, CostModel]:

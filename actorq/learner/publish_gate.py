@@ -2,7 +2,7 @@
 
 After a DQN run first solves CartPole, settling (actorq.learner.settle) slows learning
 down, yet most seeds still fall far below the solved return some 100k env steps later
-and relearn (BENCHMARKS 12k-12p): the learner keeps improving its loss while the greedy
+and relearn (earlier BENCHMARKS 12k/12p): the learner keeps improving its loss while the greedy
 policy it publishes gets worse. Users of a trained agent want the deployed policy never to
 regress, as a model server keeps its champion until a challenger beats it.
 

@@ -1,13 +1,13 @@
 """Settle once solved: a lower replay ratio after a certified version reaches a target.
 
 DQN on CartPole-v1 collapses after it solves the task when the learner keeps training at
-the replay ratio that solved it fastest (BENCHMARKS 12c/12f: 16 sampled per inserted
+the replay ratio that solved it fastest (earlier BENCHMARKS 12c/12f: 16 sampled per inserted
 transition, every seed fell below 250 within 200k env steps, fp32 as int8), while a ratio
 of 4 stays solved but solves ~3x later. So the learner starts at the fast ratio and, once
 a version is certified solved, drops to the settled ratio for the rest of the run, rolls
 back to that version's weights and multiplies its learning rate by
 `LearnerSettings.settle_lr_scale`: 0 by default, which freezes the weights, since at any
-rate above 0 Adam's normalised steps still walked solved policies off (BENCHMARKS 12r).
+rate above 0 Adam's normalised steps still walked solved policies off (earlier BENCHMARKS 12r).
 
 Certification, in two steps:
 1. `SolvedWatch` names a candidate: when the evaluator's mean greedy return over its last
@@ -147,7 +147,7 @@ class SolvedWatch:
 
         The window mixes several versions (the evaluator plays one round per version), and
         the learner has moved on by the time it reads the stream (9-27 versions in
-        BENCHMARKS 12t), so the weights in hand are not the ones that were measured."""
+        earlier BENCHMARKS 12t), so the weights in hand are not the ones that were measured."""
         by_version: dict[int, list[float]] = {}
         for version, episode_return in zip(self.versions, self.recent, strict=True):
             by_version.setdefault(version, []).append(episode_return)

@@ -4,7 +4,7 @@ Paths (actorq.algos.capture.UPDATE_PATHS): `numpy-flat` (DQN's whole update in n
 one core, actorq.algos.dqn_flat), `torch-eager` (torch ops one by one), `cuda-graph` (the
 update captured once as a CUDA graph and replayed), `compiled` (torch.compile). With
 ACTORQ_UPDATE_PATH=auto the learner takes the first of `PREFERENCE` that its algorithm
-offers on its device: the numpy update beats torch's ops on the CPU (BENCHMARKS 12h);
+offers on its device: the numpy update beats torch's ops on the CPU (earlier BENCHMARKS 12h);
 on a GPU a replayed graph skips the per-op launches and host syncs that make an eager
 update cost ~1.4 ms whatever its size (issue 29), and needs no compile at start-up.
 

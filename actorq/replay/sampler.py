@@ -90,7 +90,7 @@ class TerminalShareSampler(UniformSampler):
     Why: once a DQN policy solves CartPole it stops failing, so failure transitions
     become a vanishing share of what the learner samples (none in 100k rows of a solved
     policy's play); without them the Q-values of good and bad actions drift together
-    and the greedy policy collapses (BENCHMARKS 12k-12p). Keeping a fixed share of
+    and the greedy policy collapses (earlier BENCHMARKS 12k/12p). Keeping a fixed share of
     terminal rows in every batch keeps the learner reminded of what failing costs.
     `share` 0 samples exactly like `UniformSampler`; the learner raises it on settling.
     Weights stay 1.0: the bias towards terminal rows is deliberate, not corrected.

@@ -77,7 +77,7 @@ SETTINGS: dict[str, Setting] = {
             envs_per_actor=16, max_seconds=240.0, samples_per_insert=1.0,
             variables=(("ACTORQ_PUBLISH_EVERY", "30"),),
             note="large policy, replay ratio 1 (each transition sampled about once, as in "
-            "Ape-X): the regime where actors' share of the CPU is largest; BENCHMARKS.md 16d",
+            "Ape-X): the regime where actors' share of the CPU is largest; earlier BENCHMARKS 16d",
         ),
         _setting(
             "cartpole-dqn-512x3-spi0.125", "CartPole-v1", "dqn", (512, 512, 512),

@@ -1,7 +1,9 @@
 """The documentation stays a results record: no machine paths, BENCHMARKS.md within its
-size, every anchor link resolving to a heading, and every BENCHMARKS.md section indexed in
-docs/benchmarks.md. Anchors follow GitHub's rule, which headings are chosen to share with
-mkdocs (no runs of punctuation or hyphens, on which the two rules differ)."""
+size, every anchor link resolving to a heading, every BENCHMARKS.md section indexed in
+docs/benchmarks.md, and no narration of how the work was organised (sessions, branches,
+borrowed machines) in the pages that describe the project. Anchors follow GitHub's rule,
+which headings are chosen to share with mkdocs (no runs of punctuation or hyphens, on which
+the two rules differ)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,22 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/(?:root|home|tmp|work)/")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
+NARRATION = re.compile(
+    r"\bsessions? \d+|\bthis session\b|\bsitting\b|\bborrowed machine\b|\blent machine\b"
+    r"|\bbranch `|\bon this branch\b",
+    re.IGNORECASE,
+)
 
 
 def doc_files() -> list[Path]:
     names = ("README.md", "ARCHITECTURE.md", "OPERATIONS.md", "BENCHMARKS.md")
     return [ROOT / name for name in names] + sorted((ROOT / "docs").rglob("*.md"))
+
+
+def project_pages() -> list[Path]:
+    """The pages that describe the project (BENCHMARKS.md, a dated record, is left out)."""
+    names = ("README.md", "ARCHITECTURE.md", "OPERATIONS.md")
+    return [ROOT / name for name in names] + sorted((ROOT / "docs").glob("*.md"))
 
 
 def github_anchor(text: str) -> str:
@@ -75,6 +88,11 @@ def absolute_paths(markdown: str) -> list[str]:
     return [line.strip() for line in markdown.splitlines() if ABSOLUTE_PATH.search(line)]
 
 
+def narration(markdown: str) -> list[str]:
+    """Lines that say how the work was organised rather than what the project does."""
+    return [line.strip() for line in markdown.splitlines() if NARRATION.search(line)]
+
+
 def unindexed_sections(benchmarks: str, index: str) -> list[str]:
     targets = [t for t in LINK.findall(index) if "BENCHMARKS.md#" in t]
     linked = {target.partition("#")[2] for target in targets}
@@ -100,11 +118,19 @@ def test_checks_can_fail(tmp_path):
     )
     assert broken_anchor_links(page, page.read_text()) == ["#missing", "other.md#title"]
     assert unindexed_sections("## 1. A\n### 1a. B\n", "[A](../BENCHMARKS.md#1-a)") == ["1a-b"]
+    narrated = "Session 33 (branch `actor-fast`) compiled the forward.\nSince c9fce1c: 0.54x."
+    assert narration(narrated) == ["Session 33 (branch `actor-fast`) compiled the forward."]
+    assert narration("one line per session (`git describe`), 0.60x at M = 32") == []
 
 
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_absolute_machine_paths(path):
     assert absolute_paths(path.read_text()) == []
+
+
+@pytest.mark.parametrize("path", project_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_narration_of_the_work(path):
+    assert narration(path.read_text()) == []
 
 
 def test_benchmarks_length():

@@ -283,7 +283,7 @@ def test_n_step_transitions_bootstrap_with_gamma_to_their_length(path: str) -> N
 
 def test_settling_with_a_zero_rate_freezes_both_paths_exactly() -> None:
     """ACTORQ_SETTLE_LR_SCALE=0: later updates leave online and target weights bit for bit
-    as they were, while a scale of 0.5 still moves them (BENCHMARKS.md 12r)."""
+    as they were, while a scale of 0.5 still moves them (earlier BENCHMARKS 12r)."""
     rng = np.random.default_rng(3)
     for scale, frozen in ((0.0, True), (0.5, False)):
         for dqn in pair():

@@ -1,6 +1,6 @@
 """Start-up stays fast: what the launcher and a learner's construction must not import.
 
-Measured (BENCHMARKS.md 12b): the launcher importing torch through actorq.service, and
+Measured (BENCHMARKS.md 12e): the launcher importing torch through actorq.service, and
 torch.optim's first add_param_group importing torch._dynamo in the learner, put 1.6 s
 between `actorq run` and the first env step. Each check runs a fresh interpreter.
 """
