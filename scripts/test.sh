@@ -14,6 +14,9 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     prometheus >/dev/null
 fi
+# The rliable cross-check (tests/unit/test_stats.py) runs in a side environment; make it
+# here, outside any test's time limit (the test makes it too when it is missing).
+./scripts/rliable_env.sh || echo "warning: scripts/rliable_env.sh failed; test_stats will retry"
 # tests/e2e/test_compose.py and test_cluster_engine.py (marker `compose`) install Debian's
 # docker.io and start dockerd themselves when no Docker engine answers
 # (scripts/docker_engine.sh), build the images (scripts/build_images.sh, cached) and stop

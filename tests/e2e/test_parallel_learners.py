@@ -58,6 +58,7 @@ def test_prioritized_replay_with_two_learners(tmp_path: Path) -> None:
     assert "synced with rank 0" in (run_dir / "logs" / "learner-1.log").read_text()
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("algo", ["td3"])  # SAC's group restarts the same way (same code)
 def test_killed_rank_restarts_the_actor_critic_group(algo: str, tmp_path: Path) -> None:
     """The kill-a-rank drill for an actor-critic group: SIGKILL rank 1 mid-run; the

@@ -75,6 +75,7 @@ def test_compare_line_names_both_arms():
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timeout(900)  # the first call makes the side environment (pip, ~1 min)
 def test_matches_rliable():
     """Against rliable 1.2.0 in the side environment it installs with (its arch<8 pin
     cannot import beside pandas 3): scripts/rliable_env.sh makes it when missing."""
