@@ -283,7 +283,7 @@ class LearnerSettings(CommonSettings):
     # Share of each batch drawn from episode-ending rows once settled (uniform replay only;
     # actorq.replay.sampler.TerminalShareSampler). 0 = plain uniform sampling.
     settle_terminal_share: float = 0.0
-    # Publish gate once settled (actorq.learner.publish_gate): a version is broadcast only
+    # Publish gate once settled (actorq.learner.greedy_check): a version is broadcast only
     # if settle_validation_episodes greedy episodes on the learner's own envs average at
     # least settle_validation_bar (None = settle_at); 0 episodes = no gate.
     settle_validation_episodes: int = 0

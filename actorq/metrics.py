@@ -233,7 +233,7 @@ LEARNER_SETTLE_REJECTED = Counter(
 LEARNER_GATED_VERSIONS = Counter(
     "actorq_learner_gated_versions_total",
     "Versions not broadcast because they failed the learner's validation once settled "
-    "(actorq.learner.publish_gate); actors keep the last version that passed.",
+    "(actorq.learner.greedy_check); actors keep the last version that passed.",
 )
 LEARNER_INFO = Gauge(
     "actorq_learner_info",

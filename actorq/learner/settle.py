@@ -14,7 +14,7 @@ Certification, in two steps:
    `episodes` episodes (one round of 25 by default) reaches `threshold`, the newest
    version in that window whose own episodes average the threshold.
 2. The learner plays `settle_certify_episodes` (100) fresh greedy episodes of exactly that
-   version's weights, at the actors' precision (actorq.learner.publish_gate). Only a mean
+   version's weights, at the actors' precision (actorq.learner.greedy_check). Only a mean
    at or above the threshold settles. A candidate that fails, or whose weights the learner
    no longer holds (published before a restart and not in the checkpoint), is rejected:
    the watch then names only newer versions, and learning goes on.
@@ -45,7 +45,7 @@ import torch
 from actorq import metrics
 from actorq.actor.episodes import parse_episodes
 from actorq.config import ConfigError
-from actorq.learner.publish_gate import PublishGate
+from actorq.learner.greedy_check import GreedyCheck
 from actorq.redis_keys import RedisKeys
 from actorq.replay import TerminalShareSampler
 
@@ -202,7 +202,7 @@ class Settling:
         self.batch_size, self.algo, self.spec = batch_size, algo, spec
         self.publisher, self.sampler = publisher, sampler
         self.watch = SolvedWatch(client, keys, s.settle_at, s.settle_episodes)
-        self.certifier = PublishGate(
+        self.certifier = GreedyCheck(
             s.env_id, s.settle_certify_episodes, s.settle_at, s.seed + 55_555,
             precision=publisher.precision,
         )  # fmt: skip
@@ -213,12 +213,12 @@ class Settling:
         if s.settle_rollback:
             publisher.keep_weights_bytes = ROLLBACK_KEEP_BYTES
 
-    def _publish_gate(self) -> PublishGate | None:
+    def _publish_gate(self) -> GreedyCheck | None:
         s = self.s
         if s.settle_validation_episodes == 0:
             return None
         bar = s.settle_at if s.settle_validation_bar is None else s.settle_validation_bar
-        return PublishGate(s.env_id, s.settle_validation_episodes, bar, s.seed + 77_777)
+        return GreedyCheck(s.env_id, s.settle_validation_episodes, bar, s.seed + 77_777)
 
     def poll(self, updates: int) -> None:
         """Read the evaluator's episodes; certify a candidate they name."""

@@ -1,11 +1,11 @@
-"""PublishGate: greedy validation of a candidate policy on real gymnasium envs."""
+"""GreedyCheck: greedy validation of a candidate policy on real gymnasium envs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from actorq.learner.publish_gate import PublishGate
+from actorq.learner.greedy_check import GreedyCheck
 from actorq.models import MLPSpec
 
 SPEC = MLPSpec(obs_dim=4, num_outputs=2, hidden=(2,))
@@ -24,7 +24,7 @@ def cartpole_policy(direction: float) -> dict[str, np.ndarray]:
 
 
 def test_gate_passes_a_balancing_policy_and_refuses_a_falling_one() -> None:
-    gate = PublishGate("CartPole-v1", episodes=5, bar=100.0, seed=3)
+    gate = GreedyCheck("CartPole-v1", episodes=5, bar=100.0, seed=3)
     assert gate.passes(cartpole_policy(1.0), SPEC)
     good = gate.last_mean
     assert not gate.passes(cartpole_policy(-1.0), SPEC)
@@ -38,7 +38,7 @@ def test_gate_passes_a_balancing_policy_and_refuses_a_falling_one() -> None:
 
 
 def test_each_check_starts_from_fresh_states() -> None:
-    gate = PublishGate("CartPole-v1", episodes=3, bar=0.0, seed=0)
+    gate = GreedyCheck("CartPole-v1", episodes=3, bar=0.0, seed=0)
     means = set()
     for _ in range(3):
         gate.passes(cartpole_policy(-1.0), SPEC)
@@ -53,4 +53,18 @@ def test_each_check_starts_from_fresh_states() -> None:
 )
 def test_bad_settings_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        PublishGate("CartPole-v1", seed=0, **kwargs)
+        GreedyCheck("CartPole-v1", seed=0, **kwargs)
+
+
+def test_certification_plays_int8_and_more_episodes_than_envs_in_rounds() -> None:
+    """Settling's certification: 60 episodes (more than the 50 envs played at once) of the
+    int8-decoded policy, as actors would run it; the balancing policy keeps passing."""
+    from actorq.v1 import policy_pb2
+
+    check = GreedyCheck(
+        "CartPole-v1", episodes=60, bar=100.0, seed=5, precision=policy_pb2.PRECISION_INT8
+    )
+    assert check.passes(cartpole_policy(1.0), SPEC) and check.rounds == 2
+    assert check.last_mean is not None and check.last_mean >= 100.0
+    assert not check.passes(cartpole_policy(-1.0), SPEC) and check.rounds == 4
+    check.close()

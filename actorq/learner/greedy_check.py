@@ -1,16 +1,16 @@
-"""Publish gate: once settled, broadcast a new version only if it still plays well.
+"""Greedy episodes of a candidate's weights on the learner's own envs, and a verdict
+against a bar. Two users (actorq.learner.settle):
 
-After a DQN run first solves CartPole, settling (actorq.learner.settle) slows learning
-down, yet most seeds still fall far below the solved return some 100k env steps later
-and relearn (earlier BENCHMARKS 12k/12p): the learner keeps improving its loss while the greedy
-policy it publishes gets worse. Users of a trained agent want the deployed policy never to
-regress, as a model server keeps its champion until a challenger beats it.
+- Settling's certification: before the learner freezes a version, `settle_certify_episodes`
+  (100) fresh episodes of exactly that version's weights, played through the blob decode
+  at the actors' precision, must average the target.
+- The publish gate once settled: most seeds of a settled DQN still fell far below the
+  solved return some 100k env steps later and relearned (earlier BENCHMARKS 12k/12p),
+  so with `settle_validation_episodes` > 0 a new version is broadcast only if its fp32
+  greedy episodes reach the bar; otherwise actors and the evaluator keep the champion,
+  as a model server keeps its champion until a challenger beats it.
 
-So, once settled, the learner validates each candidate version before publishing it:
-`episodes` greedy episodes of the fp32 policy on the learner's own envs (fresh start
-states every check). A candidate whose mean return reaches `bar` is published and becomes
-the champion; otherwise actors and the evaluator keep acting with the champion and the
-learner trains on. Validation episodes are real env steps: they are counted
+Episodes start from fresh states every round. They are real env steps: counted
 (`env_steps`) and reported beside the actors' own.
 """
 
@@ -36,7 +36,7 @@ MAX_ENVS = 50
 log = logging.getLogger(__name__)
 
 
-class PublishGate:
+class GreedyCheck:
     """Greedy validation of candidate versions on the learner's own envs."""
 
     def __init__(
