@@ -82,14 +82,6 @@ def parse_episodes(fields: dict[bytes, bytes]) -> list[Episode]:
     ]
 
 
-def parse_episode(fields: dict[bytes, bytes]) -> Episode:
-    """The one episode of a one-episode entry; ValueError when it holds another count."""
-    episodes = parse_episodes(fields)
-    if len(episodes) != 1:
-        raise ValueError(f"expected an entry with one episode, got {len(episodes)}")
-    return episodes[0]
-
-
 class EpisodeTracker:
     """Running returns of M envs; finished episodes wait as columns until written.
 

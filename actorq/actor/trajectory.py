@@ -101,8 +101,6 @@ class TrajectoryActor(_EnvWorker):
         # Exported at 0 from the start: an actor never held back reads 0, not "no data".
         metrics.ACTOR_RATE_LIMITED_SECONDS.labels(self.instance)
         self.inserted = 0  # transitions acknowledged by Redis
-        self.segments = 0
-        self.segment_bytes = 0
         self.epsilon = np.zeros(1)  # the status page reports a mean epsilon; none here
         self._backoff = 0.05
 
@@ -161,8 +159,6 @@ class TrajectoryActor(_EnvWorker):
             return
         self._backoff = 0.05
         self.inserted += segment.steps
-        self.segments += 1
-        self.segment_bytes += sum(len(v) for v in fields.values())
         metrics.ACTOR_REPLAY_INSERTS.labels(self.instance).inc(segment.steps)
         # On an outage episodes stay pending and go with the next flush.
         with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):

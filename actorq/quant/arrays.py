@@ -10,7 +10,7 @@ rebuilt the arrays from a delta can rebuild the payload and check the writer's s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
@@ -55,9 +55,6 @@ class PolicyArrays:
 
     def float32(self, name: str) -> np.ndarray:
         return self.tensors[name].to_float32()
-
-    def with_sha256(self, digest: bytes) -> PolicyArrays:
-        return replace(self, sha256=digest)
 
 
 def policy_proto(arrays: PolicyArrays) -> policy_pb2.Policy:

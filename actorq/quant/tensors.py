@@ -36,8 +36,6 @@ from actorq.v1 import policy_pb2
 FLOAT32, FLOAT16 = policy_pb2.DTYPE_FLOAT32, policy_pb2.DTYPE_FLOAT16
 INT8, INT4, SPARSE_INT8 = policy_pb2.DTYPE_INT8, policy_pb2.DTYPE_INT4, policy_pb2.DTYPE_SPARSE_INT8
 
-QUANTIZED_DTYPES = (INT8, INT4, SPARSE_INT8)
-
 WEIGHT_DTYPES: dict[int, tuple[int, ...]] = {
     policy_pb2.PRECISION_FP32: (FLOAT32,),
     policy_pb2.PRECISION_FP16: (FLOAT16,),
@@ -59,10 +57,6 @@ def allowed_weight_dtypes(precision: int) -> tuple[int, ...]:
         return WEIGHT_DTYPES[precision]
     own = WEIGHT_DTYPES[precision]
     return own + tuple(d for d in FALLBACK_DTYPES if d not in own)
-
-
-WEIGHT_DTYPE: dict[int, int] = {p: dtypes[0] for p, dtypes in WEIGHT_DTYPES.items()}
-"""The dense wire DType of 2-D weights at each Precision."""
 
 
 @dataclass(frozen=True, eq=False)  # arrays: compare values with np.array_equal
@@ -254,9 +248,3 @@ _DECODERS: dict[int, Callable[[policy_pb2.Tensor, tuple[int, ...]], TensorArrays
     SPARSE_INT8: _decode_sparse_int8,
 }
 """One decoder per wire DType: checks the data and returns dense arrays."""
-
-
-def tensor_to_float32(tensor: policy_pb2.Tensor) -> np.ndarray:
-    """Float32 values of one tensor, checked against its own shape and dtype."""
-    arrays = decode_tensor(tensor, tuple(tensor.shape), (tensor.dtype,))
-    return arrays.to_float32()

@@ -22,7 +22,7 @@ from actorq.quant import (
     weights_from_module,
 )
 from actorq.quant.policy_module import DequantizedLinear
-from actorq.quant.tensors import tensor_to_float32
+from actorq.quant.tensors import decode_tensor
 from actorq.v1 import policy_pb2
 
 FP32, FP16, INT8 = policy_pb2.PRECISION_FP32, policy_pb2.PRECISION_FP16, policy_pb2.PRECISION_INT8
@@ -119,7 +119,10 @@ def test_int8_module_comes_from_the_blob_alone() -> None:
     assert [type(m) for m in module.layers] == [DequantizedLinear, Int8Linear, Int8Linear]
     assert [m.relu for m in module.layers] == [True, True, False]
     codes = next(t for t in decode_policy(envelope, spec).tensors if t.name == "layers.0.weight")
-    np.testing.assert_array_equal(module.layers[0].weight_t.T.numpy(), tensor_to_float32(codes))
+    np.testing.assert_array_equal(
+        module.layers[0].weight_t.T.numpy(),
+        decode_tensor(codes, tuple(codes.shape), (codes.dtype,)).to_float32(),
+    )
     out = module(torch.randn(10, 8))
     assert out.shape == (10, 4) and out.dtype == torch.float32 and not out.requires_grad
 
