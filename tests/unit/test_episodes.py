@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from actorq.actor.episodes import Episode, EpisodeTracker, parse_episode, parse_episodes
+from actorq.actor.episodes import Episode, EpisodeTracker, parse_episodes
 from actorq.redis_keys import RedisKeys
+
+
+def parse_episode(fields: dict[bytes, bytes]) -> Episode:
+    """The one episode of a one-episode entry; ValueError when it holds another count."""
+    episodes = parse_episodes(fields)
+    if len(episodes) != 1:
+        raise ValueError(f"expected an entry with one episode, got {len(episodes)}")
+    return episodes[0]
 
 
 def test_tracker_accumulates_per_env_and_resets_on_end() -> None:
