@@ -1,41 +1,19 @@
 """How far the actors' behaviour policy is from the learner's, on sampled replay rows, and
 the truncated importance correction of learner-side n-step returns.
 
-Actors record per transition what their own (int8, lagged) policy chose before
-exploration and the log-prob mu(a|s) of the action they took (actorq.replay.batch).
-`BehaviourMonitor` compares that with the learner's current policy on a sampled batch:
+`BehaviourMonitor` compares what actors recorded (their int8, lagged policy's choice
+before exploration and log mu(a|s) of the taken action) with the learner's policy: mean
+|mu_b - mu_l| / 2 (continuous) or the share of differing greedy actions (discrete), plus
+log pi(a|s) - log mu(a|s) with pi the learner's policy explored as the behaviour was.
 
-- continuous: mean |mu_behaviour(s) - mu_learner(s)| / 2 (the action range [-1, 1]);
-- discrete: the share of rows whose behaviour greedy action differs from the learner's;
-- both: log pi(a|s) - log mu(a|s) of the taken action, where pi is the learner's policy
-  explored as the behaviour was (the same Gaussian sigma around the learner's mean; the
-  same epsilon, recovered from the recorded log-prob, around the learner's greedy action),
-  and min(1, pi / mu). Zero gap and zero log-ratio mean the actors act as the learner would.
-
-What is corrected, and what is not (`NStepCorrection`, ACTORQ_<ALGO>_IS_CORRECTION):
-a one-step target r + gamma Q'(s', pi(s')) needs no correction: Q(s, a) is learned for the
-action actually taken, whoever chose it, and the bootstrap uses the learner's own policy
-(Q-learning is off-policy already). An n-step return r_0 + gamma r_1 + ... + gamma^n
-Q'(s_n, pi(s_n)) also sums rewards that followed the behaviour's actions a_1 .. a_{n-1},
-so it estimates the behaviour policy's value of those steps, not the learner's. The
-correction weights each sampled n-step row by prod_{k=1}^{steps-1} min(rho_bar, pi(a_k|s_k)
-/ mu(a_k|s_k)) (truncated per-decision ratios, as Retrace and V-trace truncate; rho_bar 1
-by default): the TD loss of a row is then minimised by a self-normalised importance
-estimate of the learner's n-step return, with weights kept <= rho_bar^(n-1). For a
-deterministic learner with Gaussian exploration, pi is the clipped Gaussian around the
-learner's mean with the actors' sigma (ACTORQ_NOISE_SIGMA), mu the one around the
-behaviour's mean: the ratio is exactly 1 when they act alike.
-
-This needs the intermediate states s_k, so it applies to the learner-side n-step path
-(ACTORQ_DELAYED_NSTEP, DDPG and TD3: replay rows linked along their episodes,
-actorq.replay.trajectories). Where actors fold n steps into one transition the learner
-never sees s_1 .. s_{n-1}. For DQN (ACTORQ_DQN_N_STEP) the target is greedy, so
-min(1, pi/mu) is 1 at a greedy action and 0 at any other: the Retrace trace is simply cut
-at the first exploratory action, which the actors do themselves with their own greedy
-policy standing in for the learner's (ACTORQ_DQN_IS_CORRECTION -> ACTORQ_NSTEP_CUT,
-actorq.actor.nstep); the measured discrete gap is the share of states where that stand-in
-is wrong. D4PG (continuous, folded on actors) and SAC (a squashed Gaussian learner policy,
-not the actors' exploration) are refused. The gap is measured for all of them.
+`NStepCorrection`: a one-step target needs no correction (Q-learning is off-policy), but
+an n-step return sums rewards that followed the behaviour's actions a_1 .. a_{n-1}. Each
+n-step row is weighted by prod_{k=1}^{steps-1} min(rho_bar, pi(a_k|s_k) / mu(a_k|s_k))
+(truncated per-decision ratios, as Retrace and V-trace). This needs the intermediate
+states, so only the learner-side n-step path (ACTORQ_DELAYED_NSTEP, DDPG and TD3) has it.
+DQN's greedy target makes the trace a cut at the first exploratory action, which its
+actors make themselves (ACTORQ_NSTEP_CUT, actorq.actor.nstep); D4PG (folded on actors)
+and SAC (another policy density) are refused.
 """
 
 from __future__ import annotations

@@ -1,36 +1,21 @@
 """One numba call for an int8 MLP policy's forward, equal to the torch/fbgemm module's.
 
-At an actor's batch sizes (M = 8..128 rows of a 64x64 CartPole net) the torch forward is
-mostly per-op call overhead: from_numpy, input norm, addmm, two fbgemm int8 ops, .numpy().
-`FusedMLP` runs the same arithmetic in one compiled call on numpy arrays:
+At an actor's batch sizes (8..128 rows of a 64x64 net) the torch forward is mostly
+per-op call overhead. `FusedMLP` runs the same arithmetic in one compiled call:
+- input norm and the first layer in fp32, as `InputNorm` and `DequantizedLinear` do (a
+  different sum order than torch's sgemm, so an ulp or so apart);
+- every int8 layer as fbgemm's `quantized::linear_dynamic` computes it: activations
+  quantized per tensor to uint8 by torch's ChooseQuantizationParams and fbgemm's
+  Quantize (ties to even), exact integer products with the per-channel codes, then
+  float(sum - zero_point * column_sum) * (activation_scale * weight_scale[j]) + bias[j]
+  as fbgemm's requantizeForFloatAvx2 does.
+The integer sums run as float32 multiply-adds: every partial sum is an integer below
+2**24 (checked when building, `_exact_in_float32`), so any order gives the exact sum and
+the loops vectorise without fast-math. An int8 layer here equals `Int8Linear` bit for bit
+(tests/unit/test_fused_mlp.py).
 
-- input norm and the first layer in fp32 ((obs - shift) * scale, then x @ W + b, ReLU),
-  as `InputNorm` and `DequantizedLinear` do (the first layer's sum order differs from
-  torch's sgemm, so its outputs may differ by an ulp or so);
-- every int8 layer as fbgemm's `quantized::linear_dynamic` computes it: the activations
-  quantized per tensor to uint8 ([0, 127] with reduce_range) by torch's
-  ChooseQuantizationParams (ATen/native/quantized/cpu/QuantUtils.h) and fbgemm's
-  vector Quantize (round(x * (1 / scale) + zero_point), ties to even); integer products
-  with the per-output-channel int8 codes summed exactly; then
-  float(sum - zero_point * column_sum) * (activation_scale * weight_scale[j]) + bias[j],
-  as fbgemm's requantizeForFloatAvx2 does, with the ReLU of hidden layers.
-
-The integer sums run as float32 multiply-adds: products of integers are exact, and every
-partial sum is an integer below 2**24 (checked when building, `_exact_in_float32`), so any
-summation order gives the exact integer, and the loops vectorise without fast-math.
-
-`fuse_mlp` builds it from the decoded `PolicyArrays` the actor already holds: the int8
-codes, float32 scales and biases that `build_policy_module` hands to fbgemm, so the same
-numbers, read without unpacking fbgemm's packed weights.
-
-Given the same float input, an int8 layer here equals `Int8Linear` bit for bit
-(tests/unit/test_fused_mlp.py); a whole forward may differ where the first layer's ulp
-moves an activation across a rounding boundary of the int8 grid (the test bounds that).
-
-numba is an optional extra ("prioritized"); `actorq.actor.fast_act` imports this module
-only when numba is installed, and falls back to the torch module otherwise. The kernels
-are compiled for one signature whatever the layer sizes (layers travel as flat arrays)
-and cached on disk next to this file.
+numba is optional: `actorq.actor.fast_act` imports this module only when it is installed.
+The kernels take layers as flat arrays (one signature whatever the sizes), cached on disk.
 """
 
 from __future__ import annotations
