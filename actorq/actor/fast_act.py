@@ -1,29 +1,17 @@
 """The fast path in compiled calls: runners of the policy's forward, of `EpsilonGreedy`
 and of `StepRecorder` (the one exploration and the one recording, actorq.actor.columns).
 
-At CartPole's sizes the torch forward of an int8 policy is mostly the call overhead of
-~8 ops, and `EpsilonGreedy` is ~6 numpy calls; together they were about a third of an
-actor's vector step (docs/actor-throughput.md). With numba installed (the "prioritized"
-extra; numba's matrix products also need scipy, which the mujoco and atari extras bring)
-and `ACTORQ_FUSED_ACT=1` (the default), the fast path runs instead:
-
-- `PolicyForward`: `actorq.quant.fused_mlp.FusedMLP`, one numba call equal to the
-  module's forward (int8 layers bit for bit, tests/unit/test_fused_mlp.py), built once per
-  policy version from its decoded arrays (`LoadedPolicy.arrays`); policies it cannot
-  express (CNNs, fp32/fp16 precisions, float fallback layers) or nets too large for it to
-  pay (`FUSE_MAX_LAYER_WEIGHTS`) keep the torch module;
-- `FusedEpsilonGreedy`: `EpsilonGreedy`'s draws and arithmetic in one numba call (the
-  same seed gives the same actions, the same greedy actions and log-probs);
-- `FusedRecorder`: `StepRecorder` (the step's seven column copies into `StepColumns`,
-  the valid-row count and the episode tracker's running sums, ~6 numpy calls and ~20
-  attribute lookups) in one numba call, for flat float32 observations.
-
-Without numba or scipy, or with ACTORQ_FUSED_ACT=0: the torch module, `EpsilonGreedy` and
-`StepRecorder`.
-
-Importing numba and scipy (~0.6-0.95 s) and loading the kernels from numba's on-disk cache
-(~0.4-0.5 s) happen while the actor is built (`fast_acting`), before its loop's clock
-starts; with an empty cache the first compile took 6.3 s (BENCHMARKS.md 23l).
+At CartPole's sizes the int8 forward is mostly the call overhead of ~8 torch ops and
+`EpsilonGreedy` ~6 numpy calls: a third of a vector step (docs/actor-throughput.md).
+With numba and scipy installed and `ACTORQ_FUSED_ACT=1` (default):
+- `PolicyForward`: `actorq.quant.fused_mlp.FusedMLP`, built once per policy version;
+  policies it cannot express or nets too large to pay (`FUSE_MAX_LAYER_WEIGHTS`) keep the
+  torch module;
+- `FusedEpsilonGreedy`: `EpsilonGreedy` in one numba call (same seed, same draws);
+- `FusedRecorder`: `StepRecorder` in one numba call, for flat float32 observations.
+Otherwise the torch module, `EpsilonGreedy` and `StepRecorder` run. Importing numba and
+loading the cached kernels (~1-1.5 s) happen while the actor is built (`fast_acting`),
+before its loop's clock starts (BENCHMARKS.md 23l).
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """n-step transitions built on the actor, so replay and learner stay one-step simple.
 
-For each env the last n (s, a, r) wait here; once n are collected the oldest leaves as
-(s_t, a_t, sum_k gamma^k r_{t+k}, s_{t+n}, done=False, steps=n). When an episode ends,
-every waiting step leaves with the rewards up to the end, s' = the last observation,
-done = terminated and steps = how many rewards it summed; the learner then discounts
-the bootstrap by gamma ** steps (and not at all after a termination).
+For each env the last n (s, a, r) wait here; the oldest leaves as (s_t, a_t,
+sum_k gamma^k r_{t+k}, s_{t+n}, done=False, steps=n). When an episode ends every waiting
+step leaves with the rewards up to the end and done = terminated; the learner discounts
+the bootstrap by gamma ** steps.
 
-With `cut` (DQN's ACTORQ_DQN_IS_CORRECTION, discrete actions only), a step whose action
-was not the acting policy's greedy one ends every waiting transition before it: they
-leave with the rewards so far and s' = the state that exploratory action was taken in,
-so an n-step return only sums rewards that followed greedy actions (Watkins's Q(lambda);
-Retrace with a greedy target, whose trace min(1, pi/mu) is 0 at such an action). The
-greedy policy here is the actor's own int8 one; the learner's greedy action differs on
-the share of states the learner reports as the behaviour gap (actorq.learner.behaviour).
-
-Per-step extras (the behaviour policy's own action and log-prob, actorq.replay.batch)
-travel with their step and leave with the transition that step starts: they describe the
-first action a_t, the one Q(s_t, a_t) is about.
+With `cut` (ACTORQ_DQN_IS_CORRECTION, discrete only), a non-greedy action ends every
+waiting transition before it, so a return sums only rewards that followed greedy actions
+(Retrace with a greedy target). Per-step extras (behaviour action and log-prob) leave
+with the transition their step starts: they describe a_t.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """An actor's push as one raw RESP write: MULTI, the commands, EXEC; replies read later.
 
-redis-py's transaction pipeline spends tens of microseconds of Python per queued command
-(argument checks and packing, one parsed +QUEUED reply, a response callback). Here:
-
-- `pack_transaction` frames the commands itself: the RESP headers of all commands are
-  joined into small chunks and each large argument (a replay batch's columns, ~450 KB at
-  M = 128) is passed on as it is, so nothing large is copied again (hiredis'
-  `pack_command` copied the whole payload: ~9 us per vector step at M = 128).
-- `Transaction.send` writes it and returns without waiting; `Transaction.result` reads
-  the replies later. The actor sends a push and reads its replies at the next push, so
-  Redis stores a batch while the actor steps its envs (on the other core), instead of the
-  actor waiting for EXEC. MULTI/EXEC keeps it all-or-nothing; until `result` returned,
-  the caller keeps the transaction (its payload holds the transitions), and a failed
-  read is retried by sending the same payload again under the client's retry policy, as
-  `execute_transaction` (send, then result at once) does.
-
-The commands, and so what Redis stores, are the ones redis-py's pipeline sends
-(tests/integration/test_actor_push.py compares the two).
+redis-py's transaction pipeline spends tens of microseconds of Python per queued command.
+`pack_transaction` frames the commands itself and passes each large argument (a batch's
+columns) on uncopied. `Transaction.send` writes without waiting and `Transaction.result`
+reads the replies at the next push, so Redis stores a batch while the actor steps its envs.
+Until `result` returns the caller keeps the transaction; a failed read resends the same
+payload under the client's retry policy. What Redis stores is what redis-py's pipeline
+would send (tests/integration/test_actor_push.py compares the two).
 """
 
 from __future__ import annotations

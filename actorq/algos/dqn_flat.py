@@ -1,28 +1,17 @@
-"""The numpy-flat update path: DQN's whole update for a plain fp32 MLP on CPU in numpy,
-on one flat parameter buffer. A runner beside the captured ones (actorq.algos.capture):
-`apply_update_path(dqn, "numpy-flat")` puts it behind `dqn.update`.
+"""The numpy-flat update path: DQN's update for a plain fp32 MLP on CPU in numpy, on one
+flat parameter buffer; `apply_update_path(dqn, "numpy-flat")` puts it behind `dqn.update`.
 
-At CartPole's sizes (64x64 MLP, batch 128) an update is a few MFLOP and its time is per-op
-framework overhead: ~70 small ops at 3-5 us each through torch against ~1 us through
-numpy (earlier BENCHMARKS 12h: the torch path 0.73 ms, its FLOP floor 0.03 ms). So here the
-forward passes, the double-DQN target, the Huber gradient, the MLP backward, the global
-norm clip and Adam are numpy ops on preallocated buffers, with matrix products in BLAS.
+At CartPole's sizes an update is a few MFLOP and its time is per-op overhead (~70 small
+ops at 3-5 us each through torch, ~1 us through numpy; 0.21 against 0.94 ms per 64x64
+update). The online parameters, gradients, Adam's moments and steps and the target
+parameters each live in one contiguous torch buffer that every `nn.Parameter` and
+optimizer-state tensor views, so state dicts, checkpoints, `policy_weights` and the torch
+fallback keep working unchanged.
 
-Memory is shared, not copied: the online parameters, their gradients, Adam's exp_avg and
-exp_avg_sq, the Adam steps and the target parameters each live in ONE contiguous torch
-buffer, and every `nn.Parameter` and optimizer-state tensor is a view into it (numpy
-works on views of the same memory via `.numpy()`). So `state_dict`, checkpoints (either
-path's load into the other), `policy_weights` and the torch fallback path keep working
-unchanged, and Adam, clipping and a target sync are a few ops on one array each.
-
-The maths is `DQNLearner.step`'s, written again in numpy for speed (0.21 against 0.94 ms
-per 64x64 update); tests/unit/test_dqn_flat_update.py pins it to that step: Huber with
-delta, (double) DQN target, importance weights, clip_grad_norm_ semantics, Adam with eps
-and bias correction as in torch's fused kernel; only summation orders differ (BLAS vs
-MKL), so results agree to float rounding, not bit for bit.
-
-It runs on one thread (numpy's OpenBLAS is set to one thread); updates while torch has
-more threads, or of a data-parallel learner (grad_sync), run the learner's own step.
+The maths is `DQNLearner.step`'s, written again for speed; tests/unit/test_dqn_flat_update.py
+pins the two together (equal to float rounding: BLAS and MKL sum in other orders). It runs
+on one thread; with more torch threads, or a data-parallel learner (grad_sync), the
+learner's own step runs.
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """int8 convolution for CNN policies on actors, and the conv side of the policy blob.
 
-`make_int8_conv_stack` is the project's one doorway into fbgemm's quantized convolution
-(`quantized::conv2d_relu`, static quantization): weights are int8 with one symmetric
-scale per output channel (exactly the blob's codes, pre-packed once); activations stay
-quint8 from the observation to the last conv and are dequantized once before the head:
-- the observation (times the spec's input_scale) is quantized with scale act_max[0] /
-  127, act_max being the learner's running estimates of the input's and each conv's
-  output range, shipped in the blob (CNNSpec `act_max`);
-- each conv + ReLU writes quint8 with scale act_max[i + 1] / 127.
-7-bit activations (0..127), as torch's own reduce_range: without VNNI (this project's
-AVX2 machine) fbgemm's uint8 x int8 kernel sums pairs of products in int16, which
-saturates with full 8-bit activations (measured: errors of 30-77 output steps on 5-7% of
-outputs). Outputs above act_max still get codes up to 255 (up to 2x act_max) before they
-saturate.
-Why not `quantized::conv2d_dynamic` (no calibration needed): it requantizes its output
-over a range tied to the input's (measured: outputs clip at 2x the input maximum) and
-clamps negatives, so it is wrong for general weights; unfold + the int8 Linear kernels
-was 2-5x slower than fp32 conv here.
+`make_int8_conv_stack` is the one doorway into fbgemm's static quantized convolution
+(`quantized::conv2d_relu`): int8 weights with one symmetric scale per output channel
+(the blob's codes, pre-packed once); activations stay quint8 from the observation to the
+last conv, each with scale act_max[i] / 127 (the learner's running range estimates,
+CNNSpec `act_max`), and are dequantized once before the head.
+7-bit activations, as torch's reduce_range: without VNNI fbgemm sums pairs of uint8 x int8
+products in int16, which saturates with 8-bit activations (errors of 30-77 output steps on
+5-7% of outputs). `quantized::conv2d_dynamic` is not used: it clips outputs at a range tied
+to the input's and clamps negatives; unfold + int8 Linear was 2-5x slower than fp32 conv.
 
-Blob form of a conv weight [out, in, k, k] (docs/BLOB_FORMAT.md): the same Tensor as a
-Linear weight, with a 4-D shape. int8/int4 codes are the row-major [out, in * k * k]
-matrix quantized per output channel (axis 0): actorq.quant.tensors `quantize_weight`
-writes them and its decoders read them like any weight.
+A conv weight [out, in, k, k] travels as a Linear weight with a 4-D shape: codes of the
+row-major [out, in * k * k] matrix per output channel (docs/BLOB_FORMAT.md).
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
 """Inference modules built from a decoded policy (`PolicyArrays`), at its own precision.
 
-The builder reads only arrays: however a version arrived (full blob, sparse layers,
-delta from the previous version), it was decoded and checked once before this point.
-
-- INT8: every Linear after the first is an `Int8Linear` made from the blob's int8 codes
-  and scales (a sparse layer's codes are first scattered back into the dense int8
-  matrix: at 90% sparsity the dense int8 kernels were 2-6x faster than torch's sparse
-  CSR fp32 matmul at batch 1-8 and ~1.2x slower at batch 64, BENCHMARKS.md 14). The
-  first layer is an fp32 Linear over its *dequantized* int8 codes (the weights are
-  still int8 on the wire): the int8 kernels quantize their input per tensor to 7 bits,
-  and doing that to the observation itself was the largest error of the int8 path (a
-  trained cartpole-swingup policy: mean action error 0.112 -> 0.059, PTQ drop 2.7% ->
-  0.6%; BENCHMARKS.md 10d). The layer is obs_dim x hidden[0], small next to the hidden
-  layers.
-- INT4: the 4-bit codes (in [-7, 7], so valid int8 codes) and their scales go into the
-  same `Int8Linear` kernels (first layer: fp32 over dequantized codes, as for INT8):
-  results equal the int4 weights exactly up to the int8 activation rounding. Packing two
-  per byte saves broadcast bytes only; there is no 4-bit kernel on this CPU.
-- FP16: weights are widened to fp32 `nn.Linear`. fp16 halves the broadcast, but CPU
-  inference runs in fp32 (fbgemm's fp16 Linear measured no faster on this CPU).
+However a version arrived (full blob, sparse layers, delta), it was decoded and checked
+once before this point; the builder reads only arrays.
+- INT8: every Linear after the first is an `Int8Linear` over the blob's codes and scales
+  (sparse layers scattered back to dense: fbgemm's int8 kernels beat torch's sparse CSR,
+  BENCHMARKS.md 14). The first layer is an fp32 Linear over its dequantized codes: the
+  int8 kernels quantize their input per tensor to 7 bits, and doing that to the
+  observation was the int8 path's largest error (BENCHMARKS.md 10d).
+- INT4: the codes (in [-7, 7], valid int8 codes) go into the same `Int8Linear` kernels;
+  two per byte saves broadcast bytes only, there is no 4-bit kernel.
+- FP16: widened to fp32 `nn.Linear` (fbgemm's fp16 Linear was no faster on CPU).
 - FP32: plain `nn.Linear`, numerically the learner's QNetwork.
-
-CNN specs (pixel policies) are built by actorq.quant.cnn_blob: int8 convolutions from
-the blob's per-output-channel codes, then the head as above.
-
-A spec with `input_norm` puts an fp32 `InputNorm` ((obs - shift) * scale, from the blob's
-fp32 vectors) before the first layer at every precision, so int8 layers see normalised
-activations.
+CNN specs are built by actorq.quant.cnn_blob. A spec with `input_norm` puts an fp32
+`InputNorm` before the first layer at every precision.
 """
 
 from __future__ import annotations
