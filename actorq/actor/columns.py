@@ -1,20 +1,15 @@
 """What an actor keeps of each vector step, and its epsilon-greedy exploration.
 
-- `PendingTransitions` (continuous, n-step, and the plain path): each step's valid rows as
-  a dict of parts, concatenated at each push; optional columns may be absent.
-- `StepColumns` (the fast path, discrete 1-step): each step's valid rows copied into
-  preallocated flat columns (one slice assignment per column, a mask only on a step with
-  NEXT_STEP reset rows), so a push encodes views of them with no copy of its own. Rows
-  keep the parts' order (step-major, then env), so a batch is the same bytes.
+- `PendingTransitions` (continuous, n-step, the plain path): each step's valid rows as a
+  dict of parts, concatenated at each push.
+- `StepColumns` (the fast path, discrete 1-step): valid rows copied into preallocated
+  flat columns, so a push encodes views of them; rows keep the parts' order, so a batch
+  is the same bytes.
 - `StepRecorder`: the one recording of a step, into either store and the episode tracker.
-- `EpsilonGreedy`: the one epsilon-greedy of every discrete actor; it checks its per-env
-  epsilons once, looks the log-probs up in per-env tables, and makes the same draws and
-  arithmetic as `actorq.exploration.epsilon_greedy` (one `rng.random(M)`: u < epsilon
-  explores, with the action floor(u * A / epsilon)), so the same seed acts the same.
-
-actorq.actor.fast_act runs the last two as numba kernels; tests/unit/test_fused_mlp.py
-compares each kernel with them, and tests/integration/test_actor_fast_path.py compares
-every transition of both stores and paths on the same seed.
+- `EpsilonGreedy`: the epsilon-greedy of every discrete actor, with the draws and
+  arithmetic of `actorq.exploration.epsilon_greedy` and log-probs from per-env tables.
+actorq.actor.fast_act runs the last two as numba kernels (tests/unit/test_fused_mlp.py,
+tests/integration/test_actor_fast_path.py compare them).
 """
 
 from __future__ import annotations

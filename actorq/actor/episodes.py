@@ -1,18 +1,12 @@
 """Per-env episode bookkeeping and the episodes stream in Redis.
 
 An actor writes every episode it finished since its last push as one stream entry of
-columns: `instance`, `kind`, `count` (n, decimal text) and five little-endian arrays of
-n values each (`return` float64, `length` int64, `version` int64, `env_steps` int64,
-`time` float64; raw bytes, as the replay batches, nothing pickled). An entry without
-`count` is the one-episode text form (`Episode.fields`, and every entry written before
-this format), so both read alike through `parse_episodes`. The evaluator and the
-on-policy actors write columns too (`EpisodeTracker.flush`).
-
-An actor at M = 128 with a weak policy finishes ~12 episodes per vector step: one XADD
-each, with an `Episode` object and its field dict, was the largest part of its push and of
-its recording (docs/actor-throughput.md); now they are a few array operations per step and
-one XADD per push. The stream's cap stays about `episodes_maxlen` *episodes*: an entry of
-n episodes is written with MAXLEN ~ max(1, episodes_maxlen // n) entries.
+columns: `instance`, `kind`, `count` (n) and five little-endian arrays of n values
+(`return` f64, `length` i64, `version` i64, `env_steps` i64, `time` f64). An entry without
+`count` is the one-episode text form (`Episode.fields`); `parse_episodes` reads both.
+One XADD per episode was the largest part of a weak M = 128 actor's push
+(docs/actor-throughput.md). An entry of n episodes is written with MAXLEN ~
+max(1, episodes_maxlen // n), so the stream keeps about `episodes_maxlen` episodes.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The on-policy actor: samples actions from the int8 policy's softmax and streams
 fixed-length trajectory segments (T steps of its M envs) to Redis.
 
-Each step records the behaviour log-probability log mu(a|s) of the action taken, under
-the quantized policy that took it, so the learner can correct for both the policy lag
-and the quantization (actorq.algos.ppo). A segment is written once T steps are
-collected, stamped with the policy version that produced most of it (the newest one used:
-the learner measures lag against it, and the recorded log-probs make mixing versions
-inside a segment harmless). Actors wait while the learner is more than
-`onpolicy_queue_segments` segments behind, so segments do not go stale in the queue.
-
-Env steps use gymnasium's SAME_STEP autoreset (actorq.envs.make_vector_env with
-native=False): every row of every step is a real transition, and a time-limit
-truncation keeps its true final observation for bootstrapping.
+Each step records log mu(a|s) under the quantized policy that acted, so the learner
+corrects lag and quantization (actorq.algos.ppo). A segment is stamped with the newest
+version used. Actors wait while the learner is more than `onpolicy_queue_segments`
+behind. SAME_STEP autoreset (native=False): every row is a real transition, and a
+truncation keeps its true final observation.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Update paths of a learner: which runner calls the algorithm's one `step`.
 
-- torch-eager: the algorithm's own `update`, which calls its `step` eagerly (FastAdam,
-  the hooks of `optimizer.step()` included); `install_runner(algo, "torch-eager")` runs
-  the same step through CapturedUpdate instead (static inputs, readback ring).
-- numpy-flat: DQN's update in numpy on flat buffers (actorq.algos.dqn_flat), CPU only;
-  DQN's default where it applies (`make_algorithm` installs it), pinned to `step` by tests.
-- cuda-graph: the step captured once per static flag as a torch.cuda.CUDAGraph
-  (warmed up on a side stream, state restored, captured, then replayed); CUDA only.
-- compiled: torch.compile(mode="reduce-overhead") of the step on CUDA, default mode on
-  CPU; optional (needs a working inductor toolchain), never the default.
-
-`apply_update_path(algo, path)` switches a learner; its public `update(batch, weights)`
-keeps its signature and result type, so the learner loop runs unchanged. A caller that
-wants no host sync per update uses `CapturedUpdate.submit` and reads results in batches
-with `drain` (and prioritized replay's |TD errors| one update late with `lagged_td`).
+- torch-eager: the algorithm's own `update`, calling `step` eagerly;
+- numpy-flat: DQN's update in numpy (actorq.algos.dqn_flat), CPU only, DQN's default
+  where it applies;
+- cuda-graph: `step` captured once per static flag as a torch.cuda.CUDAGraph, replayed;
+- compiled: torch.compile of `step` (optional, needs inductor; never the default).
+`apply_update_path(algo, path)` switches a learner without changing `update`'s signature
+or result. `CapturedUpdate.submit` + `drain` avoid a host sync per update (`lagged_td`
+gives prioritized replay's |TD| one update late).
 """
 
 from __future__ import annotations

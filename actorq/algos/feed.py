@@ -1,19 +1,14 @@
 """Feeding a captured update: static device inputs, pinned staging, a device replay ring.
 
-`BatchFeeder` owns the static input tensors a captured step reads ([k, B, ...] for k
-updates per replay). `put` copies the next batch into a pinned host buffer and from there
-to the device with non_blocking, so the host returns while the copy (and the update
-queued behind it) runs, and goes on to sample the next batch. Two staging buffers
-alternate; each is reused only after the event recorded behind its last copy, so the
-host never overwrites memory a DMA is still reading. On CPU there is no staging: a
-plain copy_ into the static tensors.
+`BatchFeeder` owns the static inputs a captured step reads ([k, B, ...] for k updates per
+replay). `put` copies a batch through one of two pinned staging buffers with non_blocking,
+each reused only after the event behind its last copy, so the host samples the next batch
+while the update runs. On CPU: a plain copy_.
 
-`DeviceReplay` is an optional uniform replay ring held on the device for flat
-observations: `add` appends transitions (one host->device copy per call), `sample_into`
-draws indices on the device and gathers straight into the static inputs, so sampling
-costs no host work and no transfer. It is graph-safe: the ring's fill level is a device
-tensor (floor(rand * size), not randint(size) whose bound a capture would freeze), so a
-CUDA graph can sample and update K times per replay (CapturedUpdate.use_replay).
+`DeviceReplay` is an optional uniform ring on the device for flat observations:
+`sample_into` gathers straight into the static inputs. Its fill level is a device tensor
+(floor(rand * size), not randint(size), whose bound a capture would freeze), so a CUDA
+graph can sample and update K times per replay (CapturedUpdate.use_replay).
 """
 
 from __future__ import annotations

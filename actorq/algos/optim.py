@@ -1,20 +1,13 @@
 """The one optimizer step of every learner update: Adam, gradient clipping, target sync.
 
-For the small MLPs of RL, `torch.optim.Adam(fused=True).step()` spends most of its time in
-Python (grouping tensors by device and dtype, building state lists, checks) around one
-fused kernel, and `nn.utils.clip_grad_norm_` does the same around two foreach kernels.
-Here the lists are built once and the same kernels are called directly:
-
-- `FastAdam` is a `torch.optim.Adam` (same state dict, same checkpoints, same
-  `param_groups` an LR schedule can change) whose `step` calls `fused_adam` on cached
-  state lists. It falls back to Adam's own step when something is not what the cache
-  assumes (a parameter without gradient, a changed parameter group).
-- `clip_grad_norm` computes the global norm and scales the gradients with the exact op
-  sequence of `clip_grad_norm_(foreach=True)`.
-- `sync_targets`: target <- tau * online + (1 - tau) * target (a copy when tau == 1).
-- `descend`: backward, clip, Adam step: what an algorithm's `step` calls per optimizer
-  on the eager path (the captured runners pass their own, actorq.algos.capture_steps).
-
+For small MLPs, `torch.optim.Adam(fused=True).step()` and `clip_grad_norm_` spend most of
+their time in Python around one or two foreach kernels; here the lists are built once:
+- `FastAdam`: a `torch.optim.Adam` (same state dict and param_groups) whose `step` calls
+  `fused_adam` on cached state lists, falling back to Adam's own step when the cache does
+  not fit (a parameter without gradient, a changed group);
+- `clip_grad_norm`: the op sequence of `clip_grad_norm_(foreach=True)`;
+- `sync_targets`: target <- tau * online + (1 - tau) * target;
+- `descend`: backward, clip, Adam step, per optimizer on the eager path.
 tests/unit/test_fast_update.py checks these against torch's own path bit for bit.
 """
 

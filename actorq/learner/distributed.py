@@ -1,21 +1,15 @@
 """Data-parallel learners: L processes, one model, gradients averaged with all-reduce.
 
-Each learner process (a "rank") mirrors its own share of the Redis replay stream, samples
-its own batches from it and computes gradients on them; `GradientAverager` all-reduces
-the gradients before every optimizer step, so every rank applies the same step and the
-replicas stay identical. Rank 0 alone publishes to the quantizer, writes checkpoints and
-reports progress to Redis.
+Each rank mirrors its own share of the replay stream and computes gradients on its own
+batches; `GradientAverager` all-reduces them before every optimizer step, so the replicas
+stay identical. Rank 0 alone publishes, checkpoints and reports progress.
 
-Every rank must take part in every collective, in the same order. The training loop
-therefore agrees before each update (`StepAgreement`) on whether every rank has data to
-sample, whether any rank wants to stop (then all stop together) and how much the group
-has ingested: the samples-per-insert limiter runs on the group's totals, because one
-rank's share of the stream is never exactly 1/L of it. A rank that dies leaves the
-others blocked in a collective until the process-group timeout (`dist_timeout`) ends
-them; the launcher then restarts the learner group.
-
-Backend: gloo on CPU, nccl when the learner runs on CUDA. The rendezvous is a TCP store
-on rank 0's `dist_addr`. Nothing is pickled: only tensors cross between ranks.
+Every rank must take part in every collective, in the same order, so before each update
+the ranks agree (`StepAgreement`) on whether all can sample, whether any stops (then all
+do) and how much the group ingested (the rate limiter runs on group totals: one rank's
+share of the stream is never exactly 1/L). A dead rank leaves the others blocked until
+`dist_timeout`; the launcher then restarts the group. gloo on CPU, nccl on CUDA; only
+tensors cross between ranks.
 """
 
 from __future__ import annotations

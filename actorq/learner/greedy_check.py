@@ -1,17 +1,8 @@
 """Greedy episodes of a candidate's weights on the learner's own envs, and a verdict
-against a bar. Two users (actorq.learner.settle):
-
-- Settling's certification: before the learner freezes a version, `settle_certify_episodes`
-  (100) fresh episodes of exactly that version's weights, played through the blob decode
-  at the actors' precision, must average the target.
-- The publish gate once settled: most seeds of a settled DQN still fell far below the
-  solved return some 100k env steps later and relearned (earlier BENCHMARKS 12k/12p),
-  so with `settle_validation_episodes` > 0 a new version is broadcast only if its fp32
-  greedy episodes reach the bar; otherwise actors and the evaluator keep the champion,
-  as a model server keeps its champion until a challenger beats it.
-
-Episodes start from fresh states every round. They are real env steps: counted
-(`env_steps`) and reported beside the actors' own.
+against a bar, for actorq.learner.settle: certification (fresh episodes of exactly the
+candidate's weights at the actors' precision) and the publish gate once settled (a new
+version is broadcast only if its greedy episodes reach the bar; settled DQN seeds still
+relearned, earlier BENCHMARKS 12k/12p). Episodes are real env steps, counted.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""CNN policies: the actor's module built from decoded arrays (ModelSpec kind "cnn" <->
-CNNSpec is in actorq.quant.spec; conv weights per output channel in actorq.quant.tensors).
+"""CNN policies: the actor's module built from decoded arrays.
 
-Actor module per precision (all built straight from the blob's tensors):
-- INT8 / INT4: the convs are one `Int8ConvStack` (fbgemm static int8 conv + ReLU,
-  per-output-channel codes from the blob, activation scales from the blob's `act_max`;
-  int4 codes in [-7, 7] run in the same kernels) and every Linear of the head an
-  `Int8Linear`. The observation is not kept in fp32 here, unlike the MLP's first layer:
-  uint8 pixels are exact quint8 codes.
-- FP16 / FP32: fp32 convs and Linears over the (widened) weights.
-Precision is read per tensor, not per policy: the quantizer's guard may store some
-layers of an int8/int4 policy in fp16/fp32 (encode_policy(fallback_layers=...)). A float
-conv splits the int8 convs around it into separate `Int8ConvStack`s (each quantizes its
-float input with the act_max of the layer before it); a float head Linear is an fp32 one.
-Input: uint8 (or float) [B, C, H, W]; the module multiplies by the spec's input_scale.
+- INT8 / INT4: the convs are one `Int8ConvStack` (actorq.quant.conv) and every head
+  Linear an `Int8Linear`; unlike the MLP's first layer the observation is not kept in
+  fp32: uint8 pixels are exact quint8 codes.
+- FP16 / FP32: fp32 convs and Linears.
+Precision is read per tensor: the quantizer's guard may store some layers in fp16/fp32
+(encode_policy(fallback_layers=...)); a float conv splits the int8 convs around it into
+separate stacks. Input: uint8 (or float) [B, C, H, W], times the spec's input_scale.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Delta broadcasts: version v' sent as its change from a version v the reader holds.
 
-Consecutive versions share most of their int8 codes, so the quantizer can send the
-difference: for each array of the policy (in spec order, each weight's values and then
-its scales, each bias), target minus base, concatenated and compressed (zstd by default;
-xz and zlib deltas, which earlier quantizers wrote, still apply). int8 codes
-subtract byte-wise modulo 256 (mostly zeros and +-1); float arrays XOR their IEEE bit
-patterns (0 where unchanged). Sparse layers need nothing special: their codes travel as
-dense matrices here, so a grown or dropped weight is one changed code.
-
-The reader applies the diff to its arrays, rebuilds the target's payload (the writer's
-encoding is a function of the arrays) and accepts it only if its SHA-256 is the target's
-and, with keys, the target's HMAC verifies: the same trust as a full blob, then the same
-decode. Any doubt raises BlobError and the caller fetches the full blob instead.
+Every array of the policy (spec order: weight values, scales, biases) is sent as target
+minus base, concatenated and compressed (zstd; xz and zlib deltas still apply): int8
+codes subtract byte-wise modulo 256, floats XOR their bit patterns. The reader applies
+the diff, rebuilds the target's payload and accepts it only if its SHA-256 (and HMAC,
+with keys) verifies; any doubt raises BlobError and the caller fetches the full blob.
 docs/BLOB_FORMAT.md section 9.
 """
 
