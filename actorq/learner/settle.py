@@ -1,33 +1,22 @@
 """Settle once solved: a lower replay ratio after a certified version reaches a target.
 
-DQN on CartPole-v1 collapses after it solves the task when the learner keeps training at
-the replay ratio that solved it fastest (earlier BENCHMARKS 12c/12f: 16 sampled per inserted
-transition, every seed fell below 250 within 200k env steps, fp32 as int8), while a ratio
-of 4 stays solved but solves ~3x later. So the learner starts at the fast ratio and, once
-a version is certified solved, drops to the settled ratio for the rest of the run, rolls
-back to that version's weights and multiplies its learning rate by
-`LearnerSettings.settle_lr_scale`: 0 by default, which freezes the weights, since at any
-rate above 0 Adam's normalised steps still walked solved policies off (earlier BENCHMARKS 12r).
+DQN on CartPole-v1 collapses after solving when it keeps the replay ratio that solved it
+fastest (16 per inserted transition: every seed fell below 250 within 200k env steps),
+while a ratio of 4 stays solved but solves ~3x later (earlier BENCHMARKS 12c/12f). So the
+learner starts fast and, once a version is certified, drops to the settled ratio, rolls
+back to that version's weights and scales its learning rate by `settle_lr_scale` (0 by
+default: at any rate above 0 Adam still walked solved policies off, BENCHMARKS 12r).
 
-Certification, in two steps:
-1. `SolvedWatch` names a candidate: when the evaluator's mean greedy return over its last
-   `episodes` episodes (one round of 25 by default) reaches `threshold`, the newest
-   version in that window whose own episodes average the threshold.
-2. The learner plays `settle_certify_episodes` (100) fresh greedy episodes of exactly that
-   version's weights, at the actors' precision (actorq.learner.greedy_check). Only a mean
-   at or above the threshold settles. A candidate that fails, or whose weights the learner
-   no longer holds (published before a restart and not in the checkpoint), is rejected:
-   the watch then names only newer versions, and learning goes on.
-One lucky round of 25 episodes is not "solved" (a 25-episode round of 475+ whose
-100-episode mean never reached 475 froze a policy before), and neither are the weights in
-hand when the measured ones are gone (a restarted learner once froze weights that scored
-324.6 on the evaluator's 100-episode mean after reading the old rounds from the stream).
+Certification: `SolvedWatch` names a candidate when the evaluator's mean over its last
+`episodes` episodes reaches `threshold` (the newest version in the window whose own
+episodes average it); the learner then plays `settle_certify_episodes` fresh greedy
+episodes of exactly those weights at the actors' precision (actorq.learner.greedy_check).
+A candidate that fails, or whose weights are no longer held, is rejected and only newer
+versions are named after it: one lucky 25-episode round, or weights in hand that were
+never measured, froze poor policies before.
 
-The learner reads the evaluator's episodes from the same Redis stream the progress monitor
-reads (`RedisKeys.episodes_stream`). The lower ratio needs no message to the actors: each
-update after settling is credited to the rate limiter as `base / settled` batches, so the
-`sampled` count actors compare with their inserts (actorq.replay.rate_limiter) lets them run
-that much further ahead of each update.
+The lower ratio needs no message to actors: each settled update is credited to the rate
+limiter as `base / settled` batches, so actors run that much further ahead.
 """
 
 from __future__ import annotations
