@@ -1,14 +1,10 @@
 """The actor's env loop and the evaluator's rounds.
 
 Actor: M envs stepped together, one batched forward of the quantized policy per step,
-Ape-X epsilon-greedy (discrete) or Gaussian / OU noise around the policy's tanh actions
-(continuous; optional n-step transitions for D4PG), transitions stamped (actor, version,
-precision) and pushed to Redis every `push_every` transitions. Each transition also
-carries what the behaviour policy itself chose before exploration (greedy action or tanh
-mean) and the log-prob of the taken action under the exploration used, so the learner
-can measure how far its own policy has moved from the actors' (actorq.learner.behaviour).
-The evaluator acts greedily (no noise), writes nothing to replay, and evaluates each new
-policy version with one episode per env.
+Ape-X epsilon-greedy or Gaussian / OU noise, transitions stamped (actor, version,
+precision) with their behaviour fields (actorq.learner.behaviour) and pushed to Redis
+every `push_every` transitions. The evaluator acts greedily, writes no replay, and plays
+one episode per env for each new policy version.
 """
 
 from __future__ import annotations

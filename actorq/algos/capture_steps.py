@@ -1,16 +1,11 @@
 """What the captured runners (actorq.algos.capture) hold around an algorithm's `step`.
 
-The update itself is the algorithm's own `step(x, flag, descend)` (actorq.algos.base.
-Learner): the same function the eager path calls. A `Program` only supplies what differs
-on a captured path: the static tensors. Its batch is read from static inputs (`x`, filled
-with copy_ by the runner); its optimizer step (`SlotDescent`) runs `fused_adam` on Adam's
-own state tensors with the learning rate a device tensor; its outputs go to a static
-readback ring (`Readback`). Nothing in a step syncs with the host: no .item()/float() of a
-tensor, no Python branch on a tensor's value, no tensor built from host data. What varies
-between updates on the host's schedule (TD3's delayed actor, DQN's target sync every N
-updates) is the static `flag` of the step: the runner captures one graph per flag value
-and picks the one the host counter asks for (docs/learner-update-paths.md says why this
-and not a device-side mask).
+The update is the algorithm's own `step(x, flag, descend)`, the one the eager path calls;
+a `Program` supplies only the static tensors: inputs `x` (filled by the runner), an
+optimizer step (`SlotDescent`: `fused_adam` with the learning rate a device tensor) and a
+readback ring (`Readback`). Nothing in a step syncs with the host. Host-scheduled variation
+(TD3's delayed actor, DQN's target sync) is the static `flag`: one graph per flag value
+(docs/learner-update-paths.md says why not a device-side mask).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """On-policy actor-critic learners on trajectory segments: PPO, APPO (V-trace) and A2C.
 
-Actors run the broadcast policy network (logits; int8 on actors) and record the
-behaviour log-probability of every action they took. The learner's fp32 policy differs
-from that behaviour policy by lag (versions published since) and by quantization, and
-corrects both with importance ratios pi_learner / mu_behaviour:
-- PPO: clipped surrogate on the ratio against the recorded behaviour log-prob, GAE(lam)
-  advantages from the learner's value net.
-- APPO: V-trace targets and advantages (truncated rho and c, IMPALA), then the same
-  clipped surrogate (RLlib's APPO); `clip = 0` gives IMPALA's plain rho-weighted gradient.
-- A2C: PPO with one epoch, one minibatch and no clipping (ratios ~1, so the step is the
-  advantage actor-critic gradient, still corrected for lag and quantization).
-
-Only the policy network is broadcast (`policy_weights`); the value network stays here.
-Batches are time-major: obs [T, B, obs_dim], action/reward/... [T, B] (see
-actorq.onpolicy.segments).
+Actors record the behaviour log-probability of every action under their int8 policy; the
+learner corrects lag and quantization with importance ratios pi_learner / mu_behaviour:
+- PPO: clipped surrogate, GAE(lam) advantages from the learner's value net;
+- APPO: V-trace targets and advantages, then the same surrogate (RLlib's APPO; `clip = 0`
+  gives IMPALA's rho-weighted gradient);
+- A2C: one epoch, one minibatch, no clipping.
+Only the policy network is broadcast. Batches are time-major: obs [T, B, obs_dim],
+the rest [T, B] (actorq.onpolicy.segments).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Symmetric per-channel quantization at any width from 2 to 8 bits, and int4 packing.
 
-Pure numpy, int8's rule (actorq.quant.codec.quantize_symmetric_per_channel, the one
-implementation) with qmax = 2**(bits-1) - 1:
-
-    scale[c] = max_j |w[c, j]| / qmax       (float32, rounded up; 1.0 for a zero row)
-    q[c, j]  = clip(round_half_even(w[c, j] / scale[c]), -qmax, qmax)
-
-so int4 codes lie in [-7, 7] (-8 is never produced: the range stays symmetric) and 2-bit
-codes in [-1, 1] (ternary). The broadcast format stores int4 codes two per byte
-(`pack_int4`); the other widths exist for the post-training quantization study and for
-quantization-aware training (actorq.models.fake_quant), which simulate them in float32.
+int8's rule (actorq.quant.codec.quantize_symmetric_per_channel, the one implementation)
+with qmax = 2**(bits-1) - 1: int4 codes lie in [-7, 7], 2-bit codes in [-1, 1]. The
+broadcast stores int4 codes two per byte (`pack_int4`); the other widths serve the
+post-training quantization study and quantization-aware training (actorq.models.fake_quant).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Sparse int8 weights on the wire (`DTYPE_SPARSE_INT8`): non-zero codes plus positions.
 
-A sparse layer (most of its codes exactly 0, as a pruned learner publishes) is stored
-as its non-zero int8 codes in row-major order and where they sit, as a bitmap (1 bit per
-element), LEB128 varint gaps between their flat indices, or the same gaps Golomb-Rice
-coded (`actorq/quant/rice.py`), whichever is smallest. The scales are the int8 layer's
-own (per output channel), so scattering the codes back gives exactly the dense int8
-codes: sparse is a lossless wire encoding of the same int8 policy, and the actor builds
-the same module from it.
+The non-zero codes in row-major order and where they sit, as a bitmap, LEB128 varint gaps
+or Golomb-Rice coded gaps (actorq.quant.rice), whichever is smallest. The scales are the
+int8 layer's own, so sparse is a lossless encoding of the same int8 policy.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """One `actorq.v1.Tensor` at a time: arrays <-> wire encoding, and one decoder per dtype.
 
-Data is row-major and little-endian. int8, sparse int8 and int4 tensors carry one float32
-scale and one zero point per output channel (axis 0); float tensors carry neither. int4
-data holds two codes per byte (actorq.quant.lowbit.pack_int4); sparse int8 data holds
-the non-zero codes only (actorq.quant.sparse). A conv weight [out, in, k, k] (CNN
-policies) is stored with its 4-D shape; its codes are those of the row-major
-[out, in * k * k] matrix, quantized per output channel like a Linear weight's rows.
-
-Every wire form decodes to the same `TensorArrays` (dense values + scales), once and
-fully checked; a new wire form adds an entry to `_DECODERS` and nothing downstream.
+Row-major, little-endian. int8, sparse int8 and int4 tensors carry one float32 scale and
+zero point per output channel (axis 0); a conv weight keeps its 4-D shape, its codes those
+of the [out, in * k * k] matrix. Every wire form decodes, once and fully checked, to the
+same `TensorArrays`; a new wire form adds an entry to `_DECODERS` and nothing downstream.
 """
 
 from __future__ import annotations
