@@ -72,18 +72,45 @@ class ContinuousUpdate:
     """Actor loss, NaN on steps where the actor was not updated (TD3's delay)."""
 
 
-def check_field(owner: str, ok: bool, field: str, expected: str, value: object) -> None:
-    if not ok:
-        raise ValueError(f"{owner}.{field} must be {expected}, got {value!r}")
+Rule = tuple[Callable[[Any], bool], str]  # (the value is valid, what valid means)
+RULES: dict[str, Callable[[Any], bool]] = {
+    "> 0": lambda v: v > 0,
+    ">= 0": lambda v: v >= 0,
+    ">= 1": lambda v: v >= 1,
+    "in [0, 1]": lambda v: 0.0 <= v <= 1.0,
+    "in (0, 1]": lambda v: 0.0 < v <= 1.0,
+    "0 (off) or in [2, 8]": lambda v: v == 0 or 2 <= v <= 8,
+}
+
+
+def check_config(config: Any, **rules: str | Rule) -> None:
+    """ValueError for the first field of `config`, in `rules` order, that breaks its rule:
+    one of RULES by what it says, or (predicate, what it says)."""
+    for name, rule in rules.items():
+        ok, expected = (RULES[rule], rule) if isinstance(rule, str) else rule
+        value = getattr(config, name)
+        if not ok(value):
+            raise ValueError(f"{type(config).__name__}.{name} must be {expected}, got {value!r}")
+
+
+def require_keys(batch: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    missing = [k for k in keys if k not in batch]
+    if missing:
+        raise KeyError(f"batch is missing {missing}; expected keys {list(keys)}")
+
+
+def check_rows(columns: Mapping[str, Any], size: int, reference: str) -> None:
+    """ValueError unless every column has `size` rows, as batch[reference] has."""
+    for k, v in columns.items():
+        if v.shape[0] != size:
+            raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch[{reference!r}] has {size}")
 
 
 def batch_tensors(
     batch: Mapping[str, np.ndarray], act_dim: int, device: torch.device
 ) -> dict[str, torch.Tensor]:
     """float32 tensors of a continuous batch, shapes checked; `steps` (n-step length) kept."""
-    missing = [k for k in CONTINUOUS_BATCH_KEYS if k not in batch]
-    if missing:
-        raise KeyError(f"batch is missing {missing}; expected keys {list(CONTINUOUS_BATCH_KEYS)}")
+    require_keys(batch, CONTINUOUS_BATCH_KEYS)
     out = {
         k: torch.as_tensor(np.asarray(batch[k]), device=device).to(torch.float32)
         for k in CONTINUOUS_BATCH_KEYS
@@ -95,9 +122,7 @@ def batch_tensors(
         raise ValueError(
             f"batch['action'] must have shape ({size}, {act_dim}), got {tuple(out['action'].shape)}"
         )
-    for k, v in out.items():
-        if v.shape[0] != size:
-            raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch['obs'] has {size}")
+    check_rows(out, size, "obs")
     return out
 
 

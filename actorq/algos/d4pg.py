@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.base import Critic, bootstrap_discount, check_field
+from actorq.algos.base import Critic, bootstrap_discount, check_config
 from actorq.algos.ddpg import DDPGConfig, DDPGLearner
 
 
@@ -37,10 +37,10 @@ class D4PGConfig(DDPGConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        owner = type(self).__name__
-        check_field(owner, self.num_atoms >= 2, "num_atoms", ">= 2", self.num_atoms)
-        check_field(owner, self.v_max > self.v_min, "v_max", f"> v_min={self.v_min}", self.v_max)
-        check_field(owner, self.n_step >= 1, "n_step", ">= 1", self.n_step)
+        check_config(
+            self, num_atoms=(lambda v: v >= 2, ">= 2"),
+            v_max=(lambda v: v > self.v_min, f"> v_min={self.v_min}"), n_step=">= 1",
+        )  # fmt: skip
 
 
 def categorical_projection(

@@ -25,7 +25,7 @@ from actorq.algos.base import (
     adam,
     batch_tensors,
     bootstrap_discount,
-    check_field,
+    check_config,
     continuous_result,
     fp32_weights,
     normalized,
@@ -68,24 +68,11 @@ class DDPGConfig:
     """Truncation of each intermediate step's ratio pi_learner / mu_behaviour."""
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        check_field(owner, self.actor_lr > 0, "actor_lr", "> 0", self.actor_lr)
-        check_field(owner, self.critic_lr > 0, "critic_lr", "> 0", self.critic_lr)
-        check_field(owner, 0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]", self.gamma)
-        check_field(owner, 0.0 < self.tau <= 1.0, "tau", "in (0, 1]", self.tau)
-        check_field(owner, self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
-        check_field(
-            owner, self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts
-        )
-        check_field(owner, self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
-        check_field(owner, self.rho_bar > 0, "rho_bar", "> 0", self.rho_bar)
-        check_field(
-            owner,
-            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
-            "qat_bits",
-            "0 (off) or in [2, 8]",
-            self.qat_bits,
-        )
+        check_config(
+            self, actor_lr="> 0", critic_lr="> 0", gamma="in [0, 1]", tau="in (0, 1]",
+            batch_size=">= 1", learning_starts=">= 0", max_grad_norm="> 0",
+            rho_bar="> 0", qat_bits="0 (off) or in [2, 8]",
+        )  # fmt: skip
 
 
 class DDPGLearner(Learner):

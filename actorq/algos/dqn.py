@@ -16,7 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actorq.algos.base import Learner, weights_tensor
+from actorq.algos.base import (
+    RULES,
+    Learner,
+    check_config,
+    check_rows,
+    fp32_weights,
+    require_keys,
+    weights_tensor,
+)
 from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate, multi_step
 from actorq.algos.optim import Descend, FastAdam, sync_targets
 from actorq.models.cnn import CNNSpec, build_network
@@ -89,31 +97,13 @@ class DQNConfig:
     # rate limiter (LearnerSettings.replay_capacity / samples_per_insert), not to DQN.
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, "lr", "> 0", self.lr)
-        _check(self.lr_final >= 0, "lr_final", ">= 0 (0 = constant lr)", self.lr_final)
-        _check(self.lr_decay_updates >= 1, "lr_decay_updates", ">= 1", self.lr_decay_updates)
-        _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
-        _check(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]", self.gamma)
-        _check(1 <= self.n_step <= 255, "n_step", "in [1, 255]", self.n_step)
-        _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
-        _check(
-            self.target_update_every >= 1, "target_update_every", ">= 1", self.target_update_every
-        )
-        _check(0.0 < self.tau <= 1.0, "tau", "in (0, 1]", self.tau)
-        _check(self.huber_delta > 0, "huber_delta", "> 0", self.huber_delta)
-        _check(self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
-        _check(self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts)
-        _check(
-            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
-            "qat_bits",
-            "0 (off) or in [2, 8]",
-            self.qat_bits,
-        )
-
-
-def _check(ok: bool, field: str, expected: str, value: object) -> None:
-    if not ok:
-        raise ValueError(f"DQNConfig.{field} must be {expected}, got {value!r}")
+        check_config(
+            self, lr="> 0", lr_final=(RULES[">= 0"], ">= 0 (0 = constant lr)"),
+            lr_decay_updates=">= 1", adam_eps="> 0", gamma="in [0, 1]",
+            n_step=(lambda v: 1 <= v <= 255, "in [1, 255]"), batch_size=">= 1",
+            target_update_every=">= 1", tau="in (0, 1]", huber_delta="> 0",
+            max_grad_norm="> 0", learning_starts=">= 0", qat_bits="0 (off) or in [2, 8]",
+        )  # fmt: skip
 
 
 class DQNLearner(Learner):
@@ -266,10 +256,7 @@ class DQNLearner(Learner):
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         """fp32 contiguous copies of the online net's parameters, keyed by state-dict name."""
-        return {
-            name: np.ascontiguousarray(t.detach().cpu().numpy(), dtype=np.float32).copy()
-            for name, t in self.online.state_dict().items()
-        }
+        return fp32_weights(self.online)
 
     @torch.no_grad()
     def load_policy_weights(self, weights: dict[str, np.ndarray]) -> None:
@@ -297,14 +284,9 @@ class DQNLearner(Learner):
         self._num_updates = int(state["num_updates"])
 
     def _to_tensors(self, batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        missing = [k for k in BATCH_KEYS if k not in batch]
-        if missing:
-            raise KeyError(f"batch is missing {missing}; expected keys {list(BATCH_KEYS)}")
+        require_keys(batch, BATCH_KEYS)
         out = {k: _tensor(batch[k], _DTYPES.get(k, torch.float32), self.device) for k in BATCH_KEYS}
         if multi_step(batch):
             out["steps"] = _tensor(batch["steps"], torch.float32, self.device)
-        size = out["action"].shape[0]
-        for k, v in out.items():
-            if v.shape[0] != size:
-                raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch['action'] has {size}")
+        check_rows(out, out["action"].shape[0], "action")
         return out

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from actorq.algos.base import check_rows, require_keys
 from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate, multi_step
 from actorq.models.mlp_grad import linear_layers
 
@@ -177,18 +178,15 @@ class FlatDQNUpdate:
 
     # --- the update ---------------------------------------------------------------------
     def _update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None) -> DQNUpdate:
-        missing = [k for k in BATCH_KEYS if k not in batch]
-        if missing:
-            raise KeyError(f"batch is missing {missing}; expected keys {list(BATCH_KEYS)}")
+        require_keys(batch, BATCH_KEYS)
         action = np.asarray(batch["action"])
         if action.dtype != np.int64:
             action = action.astype(np.int64)
         size = action.shape[0]
         obs, next_obs = _f32(batch["obs"]), _f32(batch["next_obs"])
         reward, done = _f32(batch["reward"]), _f32(batch["done"])
-        for k, v in (("obs", obs), ("reward", reward), ("next_obs", next_obs), ("done", done)):
-            if v.shape[0] != size:
-                raise ValueError(f"batch[{k!r}] has {v.shape[0]} rows, batch['action'] has {size}")
+        columns = {"obs": obs, "reward": reward, "next_obs": next_obs, "done": done}
+        check_rows(columns, size, "action")
         w = None
         if weights is not None:
             w = _f32(weights)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from actorq.algos.base import Learner, check_field, fp32_weights
+from actorq.algos.base import RULES, Learner, check_config, fp32_weights
 from actorq.algos.optim import Descend, FastAdam
 from actorq.algos.vtrace import RatioStats, gae, ratio_stats, vtrace
 from actorq.models.cnn import CNNSpec, build_network
@@ -60,22 +60,12 @@ class PPOConfig:
     learning_starts: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
-        name = type(self).__name__
-        check_field(name, self.lr > 0, "lr", "> 0", self.lr)
-        check_field(name, 0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
-        check_field(name, 0 <= self.lam <= 1, "lam", "in [0, 1]", self.lam)
-        check_field(name, self.clip >= 0, "clip", ">= 0 (0 = off)", self.clip)
-        check_field(name, self.epochs >= 1, "epochs", ">= 1", self.epochs)
-        check_field(name, self.minibatches >= 1, "minibatches", ">= 1", self.minibatches)
-        check_field(name, self.max_grad_norm > 0, "max_grad_norm", "> 0", self.max_grad_norm)
-        check_field(name, self.loss in LOSSES, "loss", f"one of {LOSSES}", self.loss)
-        check_field(name, self.rho_bar > 0, "rho_bar", "> 0", self.rho_bar)
-        check_field(name, self.c_bar > 0, "c_bar", "> 0", self.c_bar)
-        check_field(
-            name, self.segments_per_update >= 1, "segments_per_update", ">= 1",
-            self.segments_per_update,
+        check_config(
+            self, lr="> 0", gamma="in [0, 1]", lam="in [0, 1]",
+            clip=(RULES[">= 0"], ">= 0 (0 = off)"), epochs=">= 1", minibatches=">= 1",
+            max_grad_norm="> 0", loss=(lambda v: v in LOSSES, f"one of {LOSSES}"),
+            rho_bar="> 0", c_bar="> 0", segments_per_update=">= 1", max_policy_lag=">= 0",
         )  # fmt: skip
-        check_field(name, self.max_policy_lag >= 0, "max_policy_lag", ">= 0", self.max_policy_lag)
 
 
 @dataclass

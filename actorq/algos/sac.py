@@ -30,7 +30,7 @@ from actorq.algos.base import (
     adam,
     batch_tensors,
     bootstrap_discount,
-    check_field,
+    check_config,
     continuous_result,
     fp32_weights,
     normalized,
@@ -76,22 +76,11 @@ class SACConfig:
     """Normalise observations with running mean/std, carried by the broadcast policy."""
 
     def __post_init__(self) -> None:
-        owner = type(self).__name__
-        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_alpha", "max_grad_norm"):
-            check_field(owner, getattr(self, name) > 0, name, "> 0", getattr(self, name))
-        check_field(owner, 0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]", self.gamma)
-        check_field(owner, 0.0 < self.tau <= 1.0, "tau", "in (0, 1]", self.tau)
-        check_field(owner, self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
-        check_field(
-            owner, self.learning_starts >= 0, "learning_starts", ">= 0", self.learning_starts
-        )
-        check_field(
-            owner,
-            self.qat_bits == 0 or 2 <= self.qat_bits <= 8,
-            "qat_bits",
-            "0 (off) or in [2, 8]",
-            self.qat_bits,
-        )
+        check_config(
+            self, actor_lr="> 0", critic_lr="> 0", alpha_lr="> 0", init_alpha="> 0",
+            max_grad_norm="> 0", gamma="in [0, 1]", tau="in (0, 1]", batch_size=">= 1",
+            learning_starts=">= 0", qat_bits="0 (off) or in [2, 8]",
+        )  # fmt: skip
 
 
 def squashed_gaussian_log_prob(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from actorq.algos.base import check_field
+from actorq.algos.base import check_config
 from actorq.algos.ddpg import DDPGConfig, DDPGLearner
 
 
@@ -24,10 +24,7 @@ class TD3Config(DDPGConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        owner = type(self).__name__
-        check_field(owner, self.policy_noise >= 0, "policy_noise", ">= 0", self.policy_noise)
-        check_field(owner, self.noise_clip >= 0, "noise_clip", ">= 0", self.noise_clip)
-        check_field(owner, self.policy_delay >= 1, "policy_delay", ">= 1", self.policy_delay)
+        check_config(self, policy_noise=">= 0", noise_clip=">= 0", policy_delay=">= 1")
 
 
 class TD3Learner(DDPGLearner):
