@@ -13,11 +13,9 @@ import numpy as np
 
 @numba.njit(cache=True, nogil=True)
 def epsilon_greedy_into(q, u, tables, actions, logp):
-    """`EpsilonGreedy.__call__` for draws u [M]. tables [4, M] float64: epsilon, A /
-    epsilon, log-prob of the greedy action, of any other (float32 values); writes actions
-    [2, M] (taken, greedy) and logp [M]. Row i explores when u < epsilon[i], taking
-    floor(min(u * A / epsilon, A - 1)); greedy is numpy's argmax (the first maximum; the
-    first NaN if any). Few arguments: numba unboxes each one (~0.15 us an array)."""
+    """`EpsilonGreedy.__call__` for draws u [M]; tables [4, M]: epsilon, A / epsilon,
+    log-probs of the greedy action and of any other. Writes actions [2, M] (taken, greedy)
+    and logp [M]; greedy is numpy's argmax (the first maximum, or the first NaN)."""
     m, num_actions = q.shape
     for i in range(m):
         g = _argmax(q[i])
@@ -47,11 +45,9 @@ def _argmax(row):
 def record_step(at, obs, taken, rewards, next_obs, terminated, valid, greedy, logp, ended,
                 c_obs, c_next_obs, c_action, c_reward, c_done, c_behaviour, c_logp,
                 returns, lengths, done_returns, done_lengths, done_at):  # fmt: skip
-    """`StepRecorder.__call__` for flat observations: the step's valid rows to the step
-    columns from row `at` on, then the episode tracker's running sums; the episodes that
-    ended go to done_returns and done_lengths from row done_at on (the tracker's pending
-    columns, `reserve`d for M; env order, as `EpisodeTracker.step` takes them).
-    (valid rows, ended)."""
+    """`StepRecorder.__call__` for flat observations: valid rows to the step columns from
+    row `at`, ended episodes to the tracker's pending columns from `done_at`, in env order.
+    Returns (valid rows, ended)."""
     m, dim = obs.shape
     n_valid, n_done = 0, 0
     for i in range(m):

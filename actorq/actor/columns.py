@@ -186,22 +186,16 @@ _COLUMNS = ("obs", "next_obs", "action", "reward", "done", "behaviour", "logp")
 
 def auto_push_every(num_envs: int, transition_bytes: int) -> int:
     """Transitions per push when ACTORQ_PUSH_EVERY is 0 (auto): 64 vector steps' worth,
-    at most 1 MiB per batch, never below 32 (the old fixed default; Atari frames stay there).
-
-    A push is one MULTI/EXEC round trip; at one push per vector step (the old 32 at M = 32)
-    it was the largest phase of a CartPole actor's step, and on a loaded machine each round
-    trip also waits for Redis to be scheduled. 64 steps' worth measured 1.2-1.5x the env
-    steps/s of 16 steps' worth at M = 32 and 128 (docs/actor-throughput.md).
+    at most 1 MiB per batch, never below 32. A push is one Redis round trip; 64 steps'
+    worth measured 1.2-1.5x the env steps/s of 16 steps' worth (docs/actor-throughput.md).
     """
     by_bytes = (1 << 20) // max(int(transition_bytes), 1)
     return max(32, min(64 * num_envs, by_bytes))
 
 
 class StepRecorder:
-    """The actor's recording of one vector step: its transitions (valid rows) into the
-    pending store (`StepColumns`, or `PendingTransitions` off the fast path) and its
-    rewards into the episode tracker; returns how many real transitions it held. Its
-    compiled runner (actorq.actor.fast_act.FusedRecorder) must record the same."""
+    """One vector step's valid rows into the pending store and its rewards into the
+    episode tracker; returns the number of real transitions (FusedRecorder must match)."""
 
     def __init__(self, pending: StepColumns | PendingTransitions, episodes) -> None:
         self.pending, self.episodes = pending, episodes  # an actorq.actor.episodes tracker

@@ -25,11 +25,8 @@ from actorq.replay import SampleToInsertRatio
 
 
 def env_epsilons(settings: ActorSettings) -> np.ndarray:
-    """Ape-X exploration spread over every env of every actor, not just over actors.
-
-    Env j of actor i is explorer number i * M + j of N * M, so a pool of 2 actors x 8 envs
-    covers the same range of epsilons (base .. base ** (1 + alpha)) as 16 actors would.
-    """
+    """Ape-X epsilons over every env of every actor: env j of actor i is explorer
+    i * M + j of N * M, so 2 actors x 8 envs cover the range 16 actors would."""
     m = settings.envs_per_actor
     total = settings.num_actors * m
     first = settings.actor_index * m
@@ -42,11 +39,8 @@ def env_epsilons(settings: ActorSettings) -> np.ndarray:
 
 
 def actor_limiter(settings: ActorSettings) -> SampleToInsertRatio | None:
-    """Actors' side of the samples-per-insert ratio (the learner enforces the other side).
-
-    Actors may run `insert_error_buffer` transitions ahead of what the learner's sampling
-    implies; the buffer must exceed the learner's warm-up size or actors would stall it.
-    """
+    """Actors' side of the samples-per-insert ratio: they may run `insert_error_buffer`
+    transitions ahead (more than the learner's warm-up, or actors would stall it)."""
     spi = settings.samples_per_insert
     if spi <= 0:
         return None

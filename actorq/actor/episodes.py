@@ -77,12 +77,9 @@ def parse_episodes(fields: dict[bytes, bytes]) -> list[Episode]:
 
 
 class EpisodeTracker:
-    """Running returns of M envs; finished episodes wait as columns until written.
-
-    The pending episodes live in preallocated columns (`_COLUMNS`, grown by doubling):
-    one slice write per step with endings, and one `tobytes` per column at the push. The
-    actor's compiled recorder writes returns and lengths straight into them
-    (`reserve`, then `commit_finished`; actorq.actor.act_kernels)."""
+    """Running returns of M envs; finished episodes wait in preallocated columns (grown by
+    doubling) until written; the compiled recorder fills them (`reserve`,
+    `commit_finished`)."""
 
     def __init__(self, num_envs: int, instance: str, kind: str) -> None:
         self.returns = np.zeros(num_envs, dtype=np.float64)

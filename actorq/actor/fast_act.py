@@ -82,14 +82,12 @@ def _torch_forward(module) -> Callable[[np.ndarray], np.ndarray]:
 
 
 class FusedEpsilonGreedy(EpsilonGreedy):
-    """`EpsilonGreedy` in one compiled call: the same uniform draws, then argmax,
-    explore-or-not, action and log-prob per env (actorq.actor.act_kernels).
+    """`EpsilonGreedy` in one compiled call (actorq.actor.act_kernels).
 
     The uniforms come from one `rng.random` of DRAW_STEPS x M, handed out M per call: the
-    same numbers in the same order as one `rng.random(M)` per call (PCG64 draws one
-    64-bit word per double either way), while the generator's state runs up to a block
-    ahead. In the actor's loop each numpy call costs several times its isolated time, and
-    the per-step draw was about half of the explore phase (BENCHMARKS.md 23l)."""
+    same numbers in the same order as one `rng.random(M)` per call (PCG64 draws one word
+    per double), while the generator runs up to a block ahead. The per-step draw was about
+    half of the explore phase (BENCHMARKS.md 23l)."""
 
     DRAW_STEPS = 64
 

@@ -162,10 +162,8 @@ class Actor(_EnvWorker):
         self._episode_return_metric = metrics.ACTOR_EPISODE_RETURN.labels(self.instance)
 
     def _build_acting(self, settings: ActorSettings) -> None:
-        """The step's three parts: forward, exploration, recording. Discrete 1-step
-        transitions (DQN) take the fast path: preallocated columns (actorq.actor.columns),
-        and numba runners of the forward, exploration and recording where they can
-        (actorq.actor.fast_act); continuous and n-step ones are kept as parts (plain)."""
+        """The step's forward, exploration and recording: discrete 1-step transitions take
+        the fast path (StepColumns, numba runners where they can), others the plain one."""
         self.fast = settings.fast_step and not self.continuous and self.nstep is None
         self.pending: PendingTransitions | StepColumns = PendingTransitions()
         self.record: StepRecorder = StepRecorder(self.pending, self.episodes)
@@ -296,10 +294,9 @@ class Actor(_EnvWorker):
             self._episodes_exported = self.episodes.count
 
     def _push(self, final: bool = False) -> None:
-        """Collect the previous push's replies, then send the pending transitions without
-        waiting for Redis (their replies are read at the next push, or at once when
-        `final`). On a Redis outage the unacknowledged transaction is kept, sent again at
-        the next push, and the loop backs off; nothing newer is sent before it."""
+        """Read the previous push's replies, then send the pending transitions without
+        waiting (at once when `final`). On an outage the unacknowledged transaction is
+        resent at the next push, before anything newer, and the loop backs off."""
         if self._in_flight is not None and not self._collect(final):
             return
         if self.pending.count == 0:

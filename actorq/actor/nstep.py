@@ -42,10 +42,9 @@ class NStepAccumulator:
         extras: tuple[np.ndarray, ...] = (),
         greedy: np.ndarray | None = None,
     ) -> tuple[np.ndarray, ...] | None:
-        """One vector step; returns (obs, action, reward, next_obs, done, steps, *extras)
-        arrays of the transitions it completes, or None when none is complete yet.
-        `extras` are per-env arrays of this step, returned for each transition's first step;
-        `greedy` (with `cut`) says per env whether this step's action was the greedy one."""
+        """One vector step; (obs, action, reward, next_obs, done, steps, *extras) of the
+        transitions it completes, or None. `extras`: per-env arrays of this step; `greedy`
+        (with `cut`): whether each env's action was the greedy one."""
         out: list[tuple] = []
         for i in np.flatnonzero(valid):
             window = self.windows[i]

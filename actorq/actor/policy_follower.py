@@ -158,12 +158,8 @@ class PolicyFollower:
                 channel.close()
 
     def _follow(self, stub: ps_grpc.ParameterServerStub) -> None:
-        """Load the newest announced version, again and again, until the stream ends.
-
-        Announcements are read by their own thread: while a slow link carries one version,
-        the quantizer may announce several more, and only the newest is worth fetching
-        (reading them in order fetched every superseded one too: BENCHMARKS.md 22).
-        """
+        """Load the newest announced version until the stream ends. A thread of its own
+        reads announcements, so only the newest is fetched (BENCHMARKS.md 22)."""
         known = self.current.version if self.current else 0
         call = stub.WatchPolicy(
             ps_pb2.WatchPolicyRequest(actor_id=self._instance, known_version=known)

@@ -92,11 +92,9 @@ class Transaction:
             self._drop_connection()
 
     def result(self) -> list[Any]:
-        """EXEC's replies (raw: bytes, ints, lists). Reads the replies of a `send`; if
-        that fails, or nothing was written, sends the payload again and reads, under the
-        client's retry policy. Raises redis.ConnectionError / TimeoutError as a pipeline
-        does (the transaction may then be retried with another `result`) and the first
-        ResponseError of a refused command."""
+        """EXEC's raw replies; resends the payload and reads again under the client's retry
+        policy if the read fails or nothing was sent. Raises as a pipeline does (another
+        `result` may retry) and the first ResponseError of a refused command."""
         try:
             if self._written:
                 self._written = False
