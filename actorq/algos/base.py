@@ -127,10 +127,7 @@ def batch_tensors(
 
 
 def bootstrap_discount(t: Mapping[str, torch.Tensor], gamma: float) -> torch.Tensor:
-    """gamma ** steps * (1 - done): how much of the bootstrapped value each target keeps.
-
-    `steps` is the n-step length of each transition (1 when the batch has no such column).
-    """
+    """gamma ** steps * (1 - done), `steps` the n-step lengths (1 without that column)."""
     not_done = 1.0 - t["done"]
     if "steps" not in t:
         return gamma * not_done
@@ -165,12 +162,10 @@ def adam(module: nn.Module, lr: float, eps: float = 1e-8) -> FastAdam:
 class Learner:
     """What the update runners (actorq.algos.capture) need of an algorithm: its `step`.
 
-    `step(x, flag, descend)` is the whole update written once, in torch: losses, one
-    `descend(optimizer, loss, max_norm)` per optimizer, the target update, and a dict of
-    0-d tensors named `step_names` (plus "td_abs" [B] for priorities). It is capturable:
-    static shapes, no host sync. `x` holds `step_keys` (weights and steps may be absent
-    on the eager path, ones on the captured ones); `flag` is `step_flag(n)` of update n,
-    a host-side schedule (TD3's delayed actor, DQN's target sync).
+    `step(x, flag, descend)` is the whole update, written once and capturable (static
+    shapes, no host sync): one `descend(optimizer, loss, max_norm)` per optimizer, the
+    target update, and 0-d tensors named `step_names` plus "td_abs" [B]. `flag` is
+    `step_flag(n)`, a host-side schedule (TD3's delayed actor, DQN's target sync).
     """
 
     step_keys: tuple[str, ...] = (*CONTINUOUS_BATCH_KEYS, "steps", "weights")
@@ -196,10 +191,8 @@ class Learner:
         raise NotImplementedError
 
     def prime_optimizer(self) -> None:
-        """Create every optimizer's per-parameter state with a zero-gradient step
-        (parameters unchanged: Adam's first moment of 0 moves nothing). Data-parallel ranks
-        call this before receiving rank 0's state, so every rank's state dict has the same
-        tensors to overwrite."""
+        """Create every optimizer's state with a zero-gradient step (parameters unchanged),
+        so data-parallel ranks hold the same tensors for rank 0's state to overwrite."""
         for opt in self.optimizers():
             if opt.state:
                 continue

@@ -94,11 +94,7 @@ def current_update_path(algo: Any) -> str:
 
 
 def apply_update_path(algo: Any, path: str, readback_every: int = 64) -> str:
-    """Switch `algo` to `path` (one of UPDATE_PATHS); returns the path now used.
-
-    torch-eager removes any runner (the algorithm's own update again); any other path
-    installs its runner behind `algo.update`.
-    """
+    """Switch `algo` to `path` (torch-eager: its own update again); returns the path."""
     available = available_update_paths(algo)
     if path not in available:
         known = "unknown" if path not in UPDATE_PATHS else "not available"
@@ -256,10 +252,9 @@ class CapturedUpdate:
         return out
 
     def lagged_td(self) -> np.ndarray | None:
-        """|TD errors| of the previous submit's last update (None after the first): for
-        prioritized replay's priorities one update late. On CUDA a pinned copy of that row
-        was queued behind it, so this waits for the previous update only, while the
-        current one runs; the ring is untouched (drain still returns every update)."""
+        """|TD errors| of the previous submit's last update (None after the first), for
+        priorities one update late; on CUDA it waits for that update only (a pinned copy
+        queued behind it), while the current one runs."""
         if len(self._td_copies) < 2:
             return None
         row, event = self._td_copies[0]

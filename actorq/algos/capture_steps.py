@@ -18,12 +18,9 @@ from actorq.algos.optim import adam_in_tensor_ops, clip_grad_norm, fused_adam
 
 
 class AdamSlots:
-    """Parameter and state lists of a one-group Adam, for `fused_adam`.
-
-    State tensors are Adam's own (created here as Adam creates them when missing), so
-    checkpoints, `state_dict` and a switch back to the eager path see every step. The
-    learning rate lives in `lr` ([k] float32 on the device, one per update of a replay)
-    when `tensor_lr`, as a Python float otherwise (CPU eager: bit-identical to FastAdam).
+    """Parameter and state lists of a one-group Adam, for `fused_adam`. The state tensors
+    are Adam's own, so checkpoints and the eager path see every step; with `tensor_lr`
+    the learning rate is a device tensor [k], else a float (bit-identical to FastAdam).
     """
 
     def __init__(
@@ -103,12 +100,9 @@ class SlotDescent:
 
 
 class Readback:
-    """Static output ring: per update a row of scalars and (optionally) |TD error| [B].
-
-    The slot index is a device tensor advanced inside the step, so a captured graph
-    writes a different row on each replay; the host mirrors it with a plain counter.
-    A scalar a step did not produce (the actor loss of TD3's critic-only steps) is NaN.
-    """
+    """Static output ring: per update a row of scalars (NaN where a step produced none)
+    and |TD error| [B]. The slot index is a device tensor advanced inside the step, so a
+    captured graph writes a different row on each replay."""
 
     def __init__(self, names: tuple[str, ...], slots: int, batch: int, device: torch.device):
         self.names, self.slots = names, slots

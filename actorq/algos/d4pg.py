@@ -50,14 +50,9 @@ def categorical_projection(
     support: torch.Tensor,
     bounds: tuple[float, float] | None = None,
 ) -> torch.Tensor:
-    """Project the distribution of r + discount * Z onto `support` (C51's projection).
-
-    next_probs [B, N] sums to 1 per row over the atoms `support` [N] (evenly spaced);
-    rewards and discounts are [B]. Each shifted atom r + d * z_j, clipped to the support's
-    range, splits its probability between its two neighbouring atoms in proportion to
-    closeness; returns [B, N] probabilities. `bounds` = (support[0], support[-1]) as
-    floats, when the caller has them: reading them from the tensor is a host sync (and
-    impossible inside a CUDA graph capture).
+    """Project r + discount * Z onto the evenly spaced atoms `support` [N] (C51):
+    next_probs [B, N], rewards and discounts [B] -> probabilities [B, N]. `bounds` =
+    (support[0], support[-1]) as floats spares a host sync (impossible in a CUDA graph).
     """
     v_min, v_max = bounds if bounds is not None else (float(support[0]), float(support[-1]))
     delta = (v_max - v_min) / (support.numel() - 1)

@@ -107,10 +107,7 @@ class DQNConfig:
 
 
 class DQNLearner(Learner):
-    """Owns the online/target Q-networks and the optimizer; one `update` per batch.
-
-    `spec` an MLPSpec (flat observations) or a CNNSpec (pixel envs: the zoo's CNN as the
-    Q-network, broadcast through the same CNN blob path as PPO's policy)."""
+    """Online/target Q-networks (MLPSpec, or CNNSpec on pixel envs) and the optimizer."""
 
     step_keys = (*BATCH_KEYS, "steps", "weights")
     step_names = ("loss", "q_mean", "grad_norm")

@@ -101,12 +101,8 @@ class FlatDQNUpdate:
         self._bufs: dict[int, _Buffers] = {}
 
     def adopt_optimizer_state(self) -> None:
-        """Point Adam's state at the flat buffers, copying in whatever state it holds (a
-        loaded checkpoint's tensors, or nothing yet: zeros and step 0, as a fresh Adam).
-
-        Runs before the first flat update and again whenever Adam holds other state tensors
-        (load_state_dict, prime_optimizer of a fresh learner, a captured runner).
-        """
+        """Point Adam's state at the flat buffers, copying in what it holds (none: zeros
+        and step 0); again whenever Adam holds other state tensors (a load, a runner)."""
         state = self.learner.optimizer.state
         # Clones first: the old state may already be views of the buffers zeroed below.
         old = [
@@ -149,11 +145,8 @@ class FlatDQNUpdate:
         return bool(self._adopted) and all(state.get(p, {}).get("step") is s for p, s in pairs)
 
     def usable(self) -> bool:
-        """Whether the next update can run here (Adam's state adopted first if needed).
-
-        Only on one thread: this path's BLAS runs single-threaded, so a learner given more
-        torch threads (LearnerSettings.torch_threads) runs torch's multi-threaded step.
-        """
+        """Whether the next update can run here (Adam's state adopted first if needed):
+        with more torch threads, torch's multi-threaded step runs instead."""
         if torch.get_num_threads() != 1 or not numpy_blas_single_thread():
             return False
         if self.learner.grad_sync is not None:  # parallel learners average torch gradients
@@ -375,14 +368,9 @@ _BLAS_SINGLE: bool | None = None  # None: not tried yet
 
 
 def numpy_blas_single_thread() -> bool:
-    """Put numpy's OpenBLAS on one thread (process-wide, once); False when numpy's BLAS is
-    not an OpenBLAS found next to numpy, whose thread count this cannot set.
-
-    Left alone, OpenBLAS spreads a 256x64x64 product over every core, and its threads spin
-    against torch's OpenMP threads and the machine's other work: measured on the project's
-    2-core machine under load, the 64x64 update took 9.9 ms of CPU (25 ms wall) on two
-    OpenBLAS threads against 0.28 ms on one. torch's own thread count is unaffected.
-    """
+    """Put numpy's OpenBLAS on one thread (process-wide, once); False when it cannot.
+    Its threads spin against torch's and other work: on 2 loaded cores the 64x64 update
+    took 9.9 ms of CPU on two OpenBLAS threads against 0.28 ms on one."""
     global _BLAS_SINGLE
     if _BLAS_SINGLE is None:
         setter = _openblas_setter()

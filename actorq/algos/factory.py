@@ -74,12 +74,8 @@ def config_from_dict(name: str, values: Mapping[str, Any]) -> Any:
 
 
 def policy_spec(env_id: str, algo: str, hidden: tuple[int, ...], config: Any = None) -> MLPSpec:
-    """The network actors run for `algo` on `env_id`: a Q-network (DQN) or a tanh actor,
-    with input normalisation when `config` (the algorithm's config) has obs_norm set; the
-    zoo's CNN (actorq.models.cnn) on pixel envs for PIXEL_ALGORITHMS.
-
-    Raises EnvError when the env is unknown or its spaces do not fit the algorithm.
-    """
+    """The network actors run for `algo` on `env_id` (Q-network, tanh actor, or the zoo's
+    CNN on pixel envs); EnvError when the env is unknown or does not fit the algorithm."""
     from actorq.envs import EnvError, describe_env
     from actorq.envs.pixel import is_pixel_id
 
@@ -114,14 +110,9 @@ def make_algorithm(
     seed: int = 0,
     spec: Any = None,
 ) -> Algorithm:
-    """A fresh learner on its default update path (actorq.algos.capture: numpy-flat for
-    DQN on CPU, the algorithm's own eager update otherwise). `num_outputs`: actions for
-    DQN, action dimensions otherwise.
-
-    `config` defaults to the algorithm's config with its defaults; a config of another
-    algorithm is refused. `spec` (DQN and on-policy algorithms) replaces the MLP: a
-    CNNSpec for pixel envs.
-    """
+    """A fresh learner on its default update path (actorq.algos.capture). `num_outputs`:
+    actions (DQN) or action dimensions; `config` must be the algorithm's own (default:
+    its defaults); `spec` (DQN, on-policy) replaces the MLP, e.g. a CNNSpec."""
     from actorq.algos.capture import use_default_path
 
     _check_name(name)

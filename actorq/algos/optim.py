@@ -167,11 +167,8 @@ def descend(
     grad_sync: Callable[[list[torch.Tensor]], None] | None = None,
 ) -> torch.Tensor | None:
     """zero_grad, backward, (grad_sync), clip, step: the eager path's optimizer step.
-
-    Gradients of the optimizer's parameters only: a loss that runs through another
-    network (an actor's loss through the critic) does not pay for that network's weight
-    gradients. `optimizer.step()` runs its hooks (RLx2's masks). No host sync here.
-    """
+    Gradients of this optimizer's parameters only (an actor loss through the critic does
+    not pay for the critic's weight gradients); step hooks run (RLx2's masks)."""
     params = opt.param_groups[0]["params"]
     if loss is not None:
         opt.zero_grad(set_to_none=True)

@@ -86,10 +86,8 @@ class SACConfig:
 def squashed_gaussian_log_prob(
     pre_tanh: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
 ) -> torch.Tensor:
-    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)), summed over action dims.
-
-    Uses log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays finite at |u| >> 1.
-    """
+    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)), summed over action dims; uses
+    log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), finite at |u| >> 1."""
     var = torch.exp(2 * log_std)
     gauss = -((pre_tanh - mean) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
     squash = 2 * (math.log(2) - pre_tanh - F.softplus(-2 * pre_tanh))
