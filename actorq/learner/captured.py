@@ -18,10 +18,8 @@ class LaggedSubmit:
     def __call__(
         self, runner: CapturedUpdate, sampler: Any, sample: Any, batch: Any, weights: Any
     ) -> tuple[float, float] | None:
-        """Submit the update; apply the previous update's |TD errors| as priorities (the
-        sample's generations keep them off rows overwritten meanwhile); every
-        `runner.slots` updates, read the losses back in one transfer and return the last
-        (loss, q_mean)."""
+        """Submit the update, apply the previous one's |TD errors| as priorities, and every
+        `runner.slots` updates read the losses back at once and return the last."""
         runner.submit([batch], [weights])
         td, previous = runner.lagged_td(), self.pending_sample
         self.pending_sample = sample

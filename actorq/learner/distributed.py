@@ -81,15 +81,10 @@ def init_group(cfg: DistConfig, device: str) -> None:
 
 
 def leave_group() -> None:
-    """Leave the process group once every rank has reached this point.
-
-    Without the barrier a rank could tear down its gloo pairs while a peer was still
-    finishing the last collective with it; gloo then aborts the process ("terminate called
-    without an active exception", seen about once in ten two-rank runs). StepAgreement
-    makes the ranks stop at the same step, so the barrier is the last collective on all.
-    Afterwards no thread of the group is left running (init_group says why that needs
-    torch._dynamo imported first; tests/integration/dist_worker.py checks it).
-    """
+    """Leave the process group once every rank has reached this point: without the
+    barrier a rank could tear down its gloo pairs while a peer still finished the last
+    collective, and gloo aborts ("terminate called without an active exception", about
+    one two-rank run in ten). No thread of the group is left running afterwards."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     try:

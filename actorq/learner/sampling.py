@@ -8,12 +8,8 @@ from actorq.replay import Sampler, TerminalShareSampler, UniformSampler
 
 
 def make_sampler(settings: LearnerSettings) -> Sampler:
-    """The learner's sampler, by `settings.replay`.
-
-    Prioritized replay after a restart: rows rebuilt from the Redis stream enter at the
-    running max priority (1.0 on a fresh sampler), like new rows, so each is sampled and
-    re-scored soon; priorities themselves are not persisted (documented fallback).
-    """
+    """The learner's sampler, by `settings.replay`. Priorities are not persisted: after a
+    restart, rebuilt rows enter at the running max priority like new rows."""
     if settings.replay == "prioritized":
         require("numba", "prioritized", "ACTORQ_REPLAY=prioritized (the sum tree's kernels)")
         from actorq.replay.prioritized import PrioritizedSampler  # numba: only when used

@@ -131,12 +131,9 @@ class SolvedWatch:
         return None
 
     def solved_version(self) -> int | None:
-        """The policy version to certify: the newest one in the window whose own episodes
-        there average at least the threshold, else the newest one in the window.
-
-        The window mixes several versions (the evaluator plays one round per version), and
-        the learner has moved on by the time it reads the stream (9-27 versions in
-        earlier BENCHMARKS 12t), so the weights in hand are not the ones that were measured."""
+        """The newest version in the window whose own episodes average the threshold, else
+        the newest: the window mixes versions, and the learner is 9-27 versions further on
+        by the time it reads the stream (earlier BENCHMARKS 12t)."""
         by_version: dict[int, list[float]] = {}
         for version, episode_return in zip(self.versions, self.recent, strict=True):
             by_version.setdefault(version, []).append(episode_return)

@@ -72,12 +72,10 @@ def encode_policy(
 ) -> EncodedPolicy:
     """Validate fp32 `weights`, encode them at `precision` and wrap them in an envelope.
 
-    Weight matrices (and conv weights, per output channel) are stored at `precision`;
-    biases always stay FLOAT32 (they are tiny and
-    int8 biases would cost accuracy for no bandwidth). Raises WeightsError on bad weights.
-    With enabled `keys` the envelope carries an HMAC of the payload under the current key.
-    `fallback_layers` ({weight name: FP16 or FP32}) stores those weights in float instead
-    (the quantizer's guard, actorq.guard); the policy's `precision` stays what it was.
+    Weights (conv: per output channel) at `precision`; biases stay FLOAT32 (tiny, and int8
+    would cost accuracy for no bandwidth). WeightsError on bad weights. With enabled `keys`
+    the envelope carries an HMAC; `fallback_layers` ({weight name: FP16 or FP32}) stores
+    those weights in float (the quantizer's guard), the policy's precision unchanged.
     """
     validate_weights(weights, spec)
     precision_name(precision)  # ValueError on an unknown precision
@@ -157,10 +155,7 @@ def _quantize_tensors(
 def decode_policy(
     envelope: bytes, expected_spec: MLPSpec | None = None, keys: PolicyKeys | None = None
 ) -> policy_pb2.Policy:
-    """Verify and parse an envelope; BlobError (keep the old policy) on any problem.
-
-    The same checks as `decode_blob`; returns the Policy message rather than arrays.
-    """
+    """`decode_blob`'s checks, returning the Policy message; BlobError on any problem."""
     payload = verified_payload(envelope, keys)
     policy = parse_payload(payload)
     _check_expected(policy_arrays(policy).spec, expected_spec)
@@ -170,13 +165,9 @@ def decode_policy(
 def decode_blob(
     envelope: bytes, expected_spec: MLPSpec | None = None, keys: PolicyKeys | None = None
 ) -> PolicyArrays:
-    """Verify an envelope and decode its policy into arrays, in one pass.
-
-    Checks, in order: envelope parses, sha256 matches the payload, (with enabled `keys`)
-    the HMAC is valid under a known key (SignatureError otherwise), payload parses, the
-    policy is self-consistent and every tensor valid (`policy_arrays`), and its spec
-    equals `expected_spec`. BlobError on any failure.
-    """
+    """Verify an envelope and decode its policy into arrays, in one pass: envelope,
+    sha256, (with enabled `keys`) HMAC (SignatureError), payload, tensors, and the spec
+    against `expected_spec`. BlobError on any failure."""
     payload = verified_payload(envelope, keys)
     return decode_payload(payload, hashlib.sha256(payload).digest(), expected_spec)
 

@@ -31,12 +31,8 @@ def _require_2d_finite(w: np.ndarray, what: str) -> None:
 
 
 def quantize_int8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Quantize a 2-D weight matrix to int8 with one symmetric scale per row (axis 0).
-
-    Returns `(q, scales)`: q is int8 with the shape of `w`, values in [-127, 127];
-    scales is float32 of length `w.shape[0]`, every entry finite and > 0. For every
-    element, |w - q * scale| <= scale / 2 (up to float32 rounding of w itself).
-    """
+    """`(q, scales)` of a 2-D matrix: int8 codes in [-127, 127], one finite float32 scale
+    > 0 per row, |w - q * scale| <= scale / 2."""
     return quantize_symmetric_per_channel(w, INT8_QMAX, "quantize_int8_per_channel")
 
 

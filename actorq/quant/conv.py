@@ -79,13 +79,9 @@ def make_int8_conv_stack(
     input_scale: float,
     engine: str | None = None,
 ) -> Int8ConvStack:
-    """Conv + ReLU layers from symmetric per-output-channel int8 codes.
-
-    `layers`: (q_weight int8 [out, in, k, k], scales [out] > 0, bias [out] or None,
-    stride) per conv; `act_max` [1 + len(layers)]: the scaled input's range, then each
-    layer's output range; `input_scale`: what observations are multiplied by first;
-    `engine`: torch's quantized engine to pack under (default: `conv_engine()`).
-    """
+    """Conv + ReLU layers from per-output-channel int8 codes. `layers`: (q_weight [out, in,
+    k, k], scales [out], bias or None, stride) per conv; `act_max` [1 + len(layers)]: the
+    scaled input's range, then each layer's output range."""
     if act_max.shape != (1 + len(layers),):
         raise ValueError(f"need {1 + len(layers)} act_max values, got shape {tuple(act_max.shape)}")
     if not (input_scale > 0 and math.isfinite(input_scale)):

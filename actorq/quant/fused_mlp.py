@@ -91,12 +91,9 @@ def fuse_mlp(
     max_layer_weights: int | None = FUSE_MAX_LAYER_WEIGHTS,
     engine: str | None = None,
 ) -> FusedMLP | None:
-    """A `FusedMLP` equal to `build_policy_module(arrays)`, built from the same decoded
-    int8 codes and scales, or None (the caller keeps the torch module) where that module
-    is not [InputNorm], an fp32 first layer over int8/int4 codes and int8 layers; where
-    an int8 layer has more than `max_layer_weights` weights (None: any size); or where
-    `engine` (default: torch's current one, which `make_int8_linear` packs for) is not
-    fbgemm's: the kernel is bit-equal to fbgemm's arithmetic (x86), not qnnpack's (ARM)."""
+    """A `FusedMLP` equal to `build_policy_module(arrays)`, or None (keep the torch module)
+    where that module is not [InputNorm], an fp32 first layer and int8 layers, where an
+    int8 layer exceeds `max_layer_weights`, or where `engine` is not fbgemm's."""
     engine = engine or torch.backends.quantized.engine
     spec = arrays.spec
     if not isinstance(spec, MLPSpec) or spec.output_activation != "none":
@@ -133,11 +130,9 @@ def _exact_in_float32(layers: list[tuple[TensorArrays, TensorArrays]], reduce_ra
 # --- kernels ---
 @numba.njit(cache=True, nogil=True)
 def mlp_forward(obs, params, layout):
-    """The whole forward from `FusedMLP`'s flat arrays: layout = (has_norm, first_relu,
-    reduce_range, min/max by column, obs_dim, width, layers, then (in, out, relu) per int8
-    layer); params =
-    shift, scale, first weight [obs_dim, width], its bias, then every int8 layer's codes
-    [in, out], then every layer's weight scales, then every layer's biases."""
+    """The whole forward. layout = (has_norm, first_relu, reduce_range, by_column, obs_dim,
+    width, layers, then (in, out, relu) per int8 layer); params = shift, scale, first weight
+    [obs_dim, width], its bias, every int8 layer's codes [in, out], scales, biases."""
     has_norm, relu, reduce_range = layout[0] != 0, layout[1] != 0, layout[2] != 0
     by_column = layout[3] != 0
     dim, width, layers = layout[4], layout[5], layout[6]

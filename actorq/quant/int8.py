@@ -26,22 +26,15 @@ _SKIP_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
 
 
 def _direct_overload(packet: torch._ops.OpOverloadPacket) -> Callable[..., torch.Tensor]:
-    """The op's C++ entry point, skipping OpOverload.__call__'s Python-side argument scan.
-
-    That scan looks for fake script objects (a torch.export concern, never true on an
-    actor) and costs ~5 us per call; falls back to the public overload if torch moves it.
-    """
+    """The op's C++ entry point, skipping OpOverload.__call__'s ~5 us scan for fake script
+    objects (a torch.export concern); the public overload if torch moves it."""
     overload = packet.default
     return getattr(overload, "_op", overload)
 
 
 class Int8Linear(nn.Module):
-    """y = x @ (scales * q).T + bias [then ReLU], with x float32 and q pre-packed int8.
-
-    Calls the quantized op directly rather than through torch.ao's module: that skips
-    per-call overheads worth more than the GEMM itself at small batches (see
-    `_SKIP_TORCH_FUNCTION`) and lets hidden layers fuse the ReLU.
-    """
+    """y = x @ (scales * q).T + bias [then ReLU], x float32, q pre-packed int8; the op is
+    called directly (torch.ao's module costs more than the GEMM at small batches)."""
 
     def __init__(
         self, packed: torch.ScriptObject, in_features: int, out_features: int, relu: bool
@@ -80,11 +73,7 @@ def make_int8_linear(
     *,
     relu: bool = False,
 ) -> Int8Linear:
-    """Int8 Linear from symmetric per-output-channel codes: W = scales[:, None] * q_weight.
-
-    `q_weight` is int8 [out, in]; `scales` has `out` positive finite entries; `bias` is
-    float32 [out] or None. `relu=True` fuses a ReLU into the output (hidden layers).
-    """
+    """Int8 Linear, W = scales[:, None] * q_weight (int8 [out, in]); `relu` fuses a ReLU."""
     _check_int8_args(q_weight, scales, bias)
     out_features, in_features = q_weight.shape
     with warnings.catch_warnings():
@@ -124,11 +113,8 @@ def _check_int8_args(
 
 
 class DequantizedLinear(nn.Module):
-    """y = x @ W.T + b [then ReLU] in fp32, W dequantized from the blob's int8/int4 codes.
-
-    One addmm (+ in-place ReLU) per call: as cheap to call as the fused int8 kernels, which
-    an nn.Linear followed by an nn.ReLU module is not at small batches.
-    """
+    """y = x @ W.T + b [then ReLU] in fp32, W dequantized from int8/int4 codes; one addmm
+    (+ in-place ReLU), cheaper to call than nn.Linear + nn.ReLU at small batches."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor, relu: bool) -> None:
         super().__init__()

@@ -17,10 +17,7 @@ INT4_QMAX = 7
 
 
 def quantize_per_channel(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """Quantize a 2-D matrix with one symmetric scale per row; codes as int8.
-
-    Returns `(q, scales)` with q in [-qmax, qmax] and |w - q * scale| <= scale / 2.
-    """
+    """`(q, scales)`: int8 codes in [-qmax, qmax], one symmetric scale per row."""
     return quantize_symmetric_per_channel(w, qmax_for_bits(bits), "quantize_per_channel")
 
 

@@ -47,13 +47,9 @@ class InputNorm(nn.Module):
 
 
 class PolicyModule(nn.Module):
-    """obs float32 [B, obs_dim] -> float32 [B, num_outputs], in eval mode, no grads.
-
-    Carries the blob's version, learner step and precision so an actor can stamp its
-    transitions. Call it batched (one forward for all envs) under torch.inference_mode().
-    int8 quantizes activations per call (per tensor), so a row's output depends very
-    slightly on the other rows of its batch.
-    """
+    """obs float32 [B, obs_dim] -> float32 [B, num_outputs], eval mode, carrying the blob's
+    version, learner step and precision. int8 quantizes activations per call, so a row's
+    output depends very slightly on the other rows of its batch."""
 
     def __init__(
         self,

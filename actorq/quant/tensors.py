@@ -56,12 +56,8 @@ def allowed_weight_dtypes(precision: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True, eq=False)  # arrays: compare values with np.array_equal
 class TensorArrays:
-    """A decoded tensor: dense values in their wire element type, plus per-row scales.
-
-    `values` is float32, float16, or int8 codes (int4 codes unpacked to int8), shaped as
-    the tensor; `scales` (float32, one per output channel: per row of the values seen as
-    [shape[0], -1]) is set exactly when values are codes.
-    """
+    """A decoded tensor: `values` float32, float16 or int8 codes (int4 unpacked), shaped as
+    the tensor; `scales` (float32, per output channel) set exactly when values are codes."""
 
     values: np.ndarray
     scales: np.ndarray | None = None
@@ -101,10 +97,8 @@ def encode_float32(name: str, value: np.ndarray) -> policy_pb2.Tensor:
 
 
 def weight_tensor(name: str, arrays: TensorArrays, precision: int) -> policy_pb2.Tensor:
-    """The canonical wire form of a weight: a function of its values alone, so that a
-    reader rebuilding a payload from arrays (delta broadcasts) gets the writer's bytes.
-    INT8 2-D weights are stored sparse exactly when the non-zero codes plus their
-    positions take fewer bytes than the dense codes; conv weights (4-D) stay dense."""
+    """The canonical wire form of a weight, a function of its values alone (delta readers
+    rebuild the writer's bytes): 2-D INT8 weights go sparse exactly when that is smaller."""
     if precision == policy_pb2.PRECISION_FP32:
         return encode_float32(name, arrays.values)
     if precision == policy_pb2.PRECISION_FP16 or arrays.values.dtype == np.float16:

@@ -12,11 +12,8 @@ from actorq.quant.errors import WeightsError
 
 
 def validate_weights(weights: Mapping[str, np.ndarray], spec: MLPSpec) -> None:
-    """Raise WeightsError unless `weights` holds exactly the spec's finite float32 tensors.
-
-    Checks names (missing and unexpected), shapes against `spec.weight_shapes()`, dtype
-    float32, and that no value is NaN or Inf. The message names the offending tensor.
-    """
+    """WeightsError, naming the tensor, unless `weights` holds exactly the spec's names and
+    shapes as finite float32 tensors."""
     expected = spec.weight_shapes()
     missing = [name for name in expected if name not in weights]
     unexpected = sorted(name for name in weights if name not in expected)
