@@ -130,10 +130,3 @@ class Transaction:
         if self._conn is not None:
             self.client.connection_pool.release(self._conn)
             self._conn = None
-
-
-def execute_transaction(client: redis.Redis, commands: Sequence[Command]) -> list[Any]:
-    """Run `commands` in one MULTI/EXEC round trip and wait: `Transaction` sent and read."""
-    transaction = Transaction(client, commands)
-    transaction.send()
-    return transaction.result()

@@ -202,10 +202,6 @@ class DQNLearner(Learner):
         td_abs = (target - q).abs()
         return {"loss": loss, "q_mean": q.mean(), "grad_norm": grad_norm, "td_abs": td_abs}
 
-    def current_lr(self) -> float:
-        """The learning rate of the next update (lr_final schedule applied)."""
-        return self.lr_at(self._num_updates)
-
     def lr_at(self, done: int) -> float:
         """The learning rate of the update after `done` updates."""
         cfg = self.config

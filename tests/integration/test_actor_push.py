@@ -13,13 +13,20 @@ import redis
 from actorq.actor.episodes import EpisodeTracker, parse_episodes
 from actorq.actor.fixed_policy import StaticFollower, make_policy
 from actorq.actor.loop import Actor
-from actorq.actor.push import Transaction, execute_transaction, pack_transaction
+from actorq.actor.push import Command, Transaction, pack_transaction
 from actorq.config import ActorSettings
 from actorq.envs import make_vector_env
 from actorq.redis_keys import RedisKeys
 from actorq.redis_server import EmbeddedRedis, find_free_port
 from actorq.replay import RedisReplayWriter, TransitionBatch
 from actorq.replay.batch import decode_batch
+
+
+def execute_transaction(client: redis.Redis, commands: list[Command]) -> list:
+    """Run `commands` in one MULTI/EXEC round trip and wait: `Transaction` sent and read."""
+    transaction = Transaction(client, commands)
+    transaction.send()
+    return transaction.result()
 
 
 def _batch(n: int) -> TransitionBatch:

@@ -173,7 +173,7 @@ def test_dqn_learning_rate_schedule_is_linear_then_flat_and_resumes() -> None:
     rng = np.random.default_rng(3)
     seen = []
     for _ in range(14):
-        seen.append(learner.current_lr())
+        seen.append(learner.lr_at(learner.num_updates))
         learner.update(make_batch(rng, "dqn", 16, 4, 2))
         assert learner.optimizer.param_groups[0]["lr"] == seen[-1]  # what the step used
     assert seen[0] == pytest.approx(1e-3)
@@ -181,7 +181,7 @@ def test_dqn_learning_rate_schedule_is_linear_then_flat_and_resumes() -> None:
     assert seen[10:] == pytest.approx([1e-4] * 4)
     resumed = make_algorithm("dqn", 4, 2, (8,), config)
     resumed.load_state_dict(learner.state_dict())  # the schedule follows the update count
-    assert resumed.current_lr() == pytest.approx(1e-4)
+    assert resumed.lr_at(resumed.num_updates) == pytest.approx(1e-4)
 
 
 def test_dqn_config_refuses_a_negative_final_lr() -> None:
