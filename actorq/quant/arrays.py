@@ -57,24 +57,28 @@ class PolicyArrays:
         return self.tensors[name].to_float32()
 
 
-def policy_proto(arrays: PolicyArrays) -> policy_pb2.Policy:
-    """The canonical Policy message of `arrays` (tensors in spec order)."""
-    tensors = []
-    for name, shape in arrays.spec.weight_shapes().items():
-        tensor = arrays.tensors[name]
-        if len(shape) >= 2:  # Linear [out, in] and conv [out, in, k, k] weights
-            tensors.append(weight_tensor(name, tensor, arrays.precision))
-        else:
-            tensors.append(encode_float32(name, tensor.values))
+def policy_header(arrays: PolicyArrays, precision: int | None = None) -> policy_pb2.Policy:
+    """The Policy message of `arrays` without its tensors (`precision` overrides theirs)."""
     return policy_pb2.Policy(
         version=arrays.version,
         learner_step=arrays.learner_step,
-        precision=cast(policy_pb2.Precision, arrays.precision),
+        precision=cast(policy_pb2.Precision, arrays.precision if precision is None else precision),
         spec=spec_to_proto(arrays.spec),
-        tensors=tensors,
         created_unix_ms=arrays.created_unix_ms,
         fp32_equivalent_bytes=arrays.fp32_equivalent_bytes,
     )
+
+
+def policy_proto(arrays: PolicyArrays) -> policy_pb2.Policy:
+    """The canonical Policy message of `arrays` (tensors in spec order)."""
+    policy = policy_header(arrays)
+    for name, shape in arrays.spec.weight_shapes().items():
+        tensor = arrays.tensors[name]
+        if len(shape) >= 2:  # Linear [out, in] and conv [out, in, k, k] weights
+            policy.tensors.append(weight_tensor(name, tensor, arrays.precision))
+        else:
+            policy.tensors.append(encode_float32(name, tensor.values))
+    return policy
 
 
 def policy_payload(arrays: PolicyArrays) -> tuple[bytes, tuple[str, ...]]:

@@ -21,10 +21,15 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from actorq.models.mlp import MLPSpec
-from actorq.quant.arrays import PolicyArrays, parse_payload, policy_arrays, policy_payload
+from actorq.quant.arrays import (
+    PolicyArrays,
+    parse_payload,
+    policy_arrays,
+    policy_header,
+    policy_payload,
+)
 from actorq.quant.errors import BlobError, WeightsError
 from actorq.quant.precision import precision_name
-from actorq.quant.spec import spec_to_proto
 from actorq.quant.tensors import TensorArrays, quantize_weight
 from actorq.quant.weights import validate_weights
 from actorq.v1 import policy_pb2
@@ -227,15 +232,7 @@ def dense_fp32_blob_bytes(encoded: EncodedPolicy) -> int:
     """Bytes of the same version as an unsigned dense FP32 blob: the baseline that
     broadcast sizes are compared with (computed, nothing is encoded)."""
     arrays = encoded.arrays
-    header = policy_pb2.Policy(
-        version=arrays.version,
-        learner_step=arrays.learner_step,
-        precision=policy_pb2.PRECISION_FP32,
-        spec=spec_to_proto(arrays.spec),
-        created_unix_ms=arrays.created_unix_ms,
-        fp32_equivalent_bytes=arrays.fp32_equivalent_bytes,
-    )
-    payload = header.ByteSize()
+    payload = policy_header(arrays, policy_pb2.PRECISION_FP32).ByteSize()
     for name, shape in arrays.spec.weight_shapes().items():
         empty = policy_pb2.Tensor(name=name, shape=list(shape), dtype=policy_pb2.DTYPE_FLOAT32)
         data = 4 * math.prod(shape)

@@ -20,10 +20,10 @@ import numpy as np
 import zstandard
 from google.protobuf.message import DecodeError
 
-from actorq.quant.arrays import PolicyArrays, policy_payload
+from actorq.quant.arrays import PolicyArrays, policy_header, policy_payload
 from actorq.quant.blob import EncodedPolicy, decode_payload, verified_payload
 from actorq.quant.errors import BlobError
-from actorq.quant.spec import spec_from_proto, spec_to_proto
+from actorq.quant.spec import spec_from_proto
 from actorq.quant.tensors import TensorArrays
 from actorq.v1 import policy_pb2
 
@@ -125,7 +125,7 @@ def make_delta(
     delta = policy_pb2.PolicyDelta(
         base_version=base.version,
         base_sha256=base.sha256,
-        header=_header(new),
+        header=policy_header(new),
         target_sha256=target.sha256,
         target_hmac_sha256=target.hmac_sha256,
         target_key_id=target.key_id,
@@ -149,17 +149,6 @@ def _same_layout(base: PolicyArrays, new: PolicyArrays) -> bool:
         ):
             return False
     return True
-
-
-def _header(arrays: PolicyArrays) -> policy_pb2.Policy:
-    return policy_pb2.Policy(
-        version=arrays.version,
-        learner_step=arrays.learner_step,
-        precision=cast(policy_pb2.Precision, arrays.precision),
-        spec=spec_to_proto(arrays.spec),
-        created_unix_ms=arrays.created_unix_ms,
-        fp32_equivalent_bytes=arrays.fp32_equivalent_bytes,
-    )
 
 
 def apply_delta(
