@@ -233,10 +233,6 @@ class DQNLearner(Learner):
         # Functional forward skips nn.Module call overhead; same ops, same values.
         return mlp_forward(layers, obs) if self.manual_grad else net(obs)
 
-    def sync_target(self) -> None:
-        """Move the target net towards the online net by `tau` (a copy when tau == 1)."""
-        sync_targets(self._target_params, self._params, self.config.tau)
-
     @torch.no_grad()
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Online-network Q-values, [B, num_actions] float32, for obs [B, obs_dim]."""

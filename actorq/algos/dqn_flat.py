@@ -28,6 +28,7 @@ import torch
 
 from actorq.algos.base import check_rows, require_keys
 from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate, multi_step
+from actorq.algos.optim import sync_targets
 from actorq.models.mlp_grad import linear_layers
 
 
@@ -166,7 +167,7 @@ class FlatDQNUpdate:
         result = self._update(batch, weights)
         algo.load_counters(n)
         if algo.step_flag(n):
-            self.sync_target(algo.config.tau)
+            sync_targets([self.target_flat], [self.flat], algo.config.tau)
         return result
 
     # --- the update ---------------------------------------------------------------------
@@ -269,14 +270,6 @@ class FlatDQNUpdate:
         return DQNUpdate(
             loss=loss, q_mean=float(np.add.reduce(q)) / size, td_abs=td_abs, grad_norm=grad_norm
         )
-
-    def sync_target(self, tau: float) -> None:
-        """target <- tau * online + (1 - tau) * target on the flat buffers (torch's ops)."""
-        with torch.no_grad():
-            if tau == 1.0:
-                self.target_flat.copy_(self.flat)
-            else:
-                self.target_flat.lerp_(self.flat, tau)
 
     def _buffers(self, size: int) -> _Buffers:
         bufs = _Buffers(size, self.widths)

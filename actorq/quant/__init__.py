@@ -13,7 +13,6 @@ from actorq.quant.blob import (
     decode_policy,
     encode_policy,
     policy_to_weights,
-    validate_policy,
 )
 from actorq.quant.codec import (
     dequantize_fp16,
@@ -57,7 +56,6 @@ __all__ = [
     "relative_error",
     "spec_from_proto",
     "spec_to_proto",
-    "validate_policy",
     "validate_weights",
     "weights_from_module",
 ]

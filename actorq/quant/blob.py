@@ -213,11 +213,6 @@ def verified_payload(envelope: bytes, keys: PolicyKeys | None = None) -> bytes:
     return parsed.payload
 
 
-def validate_policy(policy: policy_pb2.Policy) -> MLPSpec:
-    """Check a parsed Policy against its own spec; return that spec or raise BlobError."""
-    return policy_arrays(policy).spec
-
-
 def policy_to_weights(policy: policy_pb2.Policy | PolicyArrays) -> dict[str, np.ndarray]:
     """Float32 weights of a decoded policy (int8 and fp16 tensors dequantized)."""
     arrays = policy if isinstance(policy, PolicyArrays) else policy_arrays(policy)
