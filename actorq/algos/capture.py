@@ -109,7 +109,7 @@ def apply_update_path(algo: Any, path: str, readback_every: int = 64) -> str:
     return path
 
 
-def install_runner(algo: Any, path: str, readback_every: int = 64, k: int = 1) -> Any:
+def install_runner(algo: Any, path: str, readback_every: int = 64) -> Any:
     """Put `path`'s runner behind `algo.update`; for torch-eager a CapturedUpdate that calls
     the step eagerly (tests and bench_learner compare it with the algorithm's own update)."""
     _remove(algo)
