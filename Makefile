@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -97,6 +97,9 @@ bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path
 
 bench-ingest: $(STAMP)  ## learner ingest alone: XREAD + unpack + replay insert, bulk vs plain path, Redis CPU per 1M transitions (BENCHMARKS.md "Learner ingest"; ARGS=--old-python OLD_TREE/.venv/bin/python)
 	$(PY) bench/bench_ingest.py $(ARGS)
+
+bench-ingest-contention: $(STAMP)  ## learner updates/s while ingesting a 2M-transition backlog: ACTORQ_INGEST thread vs process (BENCHMARKS.md 20b)
+	$(PY) bench/bench_ingest_contention.py $(ARGS)
 
 bench-startup: $(STAMP)  ## seconds from `actorq run` to the first env step, forked vs spawned services (BENCHMARKS.md 12)
 	$(PY) bench/bench_startup.py $(ARGS)

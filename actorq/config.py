@@ -249,10 +249,17 @@ class LearnerSettings(CommonSettings):
     checkpoint_dir: str = ""  # empty = no checkpoints
     checkpoint_every: int = 5000  # learner updates between checkpoints
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
-    device: str = "cpu"  # auto | cpu | cuda | cuda:N (`actorq run --learner-device`)
+    # auto | cpu | cuda | cuda:N (`actorq run --learner-device`); auto: the fastest device
+    # and update path, timed at start-up on the learner's own updates (docs/gpu-learner.md)
+    device: str = "cpu"
     update_path: str = "auto"  # auto | numpy-flat | torch-eager | cuda-graph | compiled
     torch_threads: int = 1
     replay: str = "uniform"  # sampler: uniform | prioritized (K-ary sum tree, lazy writing)
+    # Where Redis -> replay ingest runs: thread (in the learner) or process (its own process
+    # writing into a replay both map in /dev/shm, off the updates' GIL: for heavy ingest,
+    # many actors at a low samples-per-insert, with a core to spare; BENCHMARKS 20b).
+    # RLx2's delayed n-step needs thread.
+    ingest: str = "thread"
     per_alpha: float = 0.6  # prioritization exponent: stored priority = (|td| + eps) ** alpha
     per_beta: float = 0.4  # importance-sampling exponent at the start ...
     per_beta_steps: int = 100000  # ... annealed linearly to 1.0 over this many updates
@@ -346,6 +353,10 @@ class LearnerSettings(CommonSettings):
         _check(
             self.replay in REPLAY_KINDS,
             f"replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
+        )
+        _check(
+            self.ingest in ("thread", "process"),
+            f"ingest: expected thread or process, got {self.ingest!r}",
         )
         _check(self.per_alpha >= 0, f"per_alpha: expected >= 0, got {self.per_alpha}")
         _check(0 <= self.per_beta <= 1, f"per_beta: expected in [0, 1], got {self.per_beta}")

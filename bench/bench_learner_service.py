@@ -13,7 +13,9 @@ Per (algorithm, device), interleaved round by round:
   per role from summary.json.
 A ratio under 1 means the service delivers less than its update can do: the learner
 waits for actors (wait share high) or spends its time elsewhere (ingest, sampling,
-bookkeeping: CPU of the learner process above what its updates need).
+bookkeeping: CPU of the learner process above what its updates need). `--ingest
+thread,process` runs the service once per ACTORQ_INGEST mode after each alone arm (the
+learner's CPU then includes its ingest process, which it waits for at exit).
 
     .venv/bin/python bench/bench_learner_service.py --algos dqn --devices cpu --seconds 20
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -86,14 +89,17 @@ def _alone(algo: str, device: str, seconds: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _service(algo: str, device: str, args: argparse.Namespace, run_dir: Path) -> dict:
+def _service(
+    algo: str, device: str, args: argparse.Namespace, run_dir: Path, ingest: str = "thread"
+) -> dict:
     env, hidden, _obs, _out = CASES[algo]
     cmd = [sys.executable, "-m", "actorq", "run", "--algo", algo, "--env", env]
     cmd += ["--hidden", ",".join(map(str, hidden)), "--actors", str(args.actors)]
     cmd += ["--samples-per-insert", str(args.samples_per_insert), "--learner-device", device]
     cmd += ["--target-return", "none", "--max-seconds", str(args.seconds + args.startup)]
     cmd += ["--run-dir", str(run_dir)]
-    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
+    env = os.environ | {"ACTORQ_INGEST": ingest}
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800, env=env)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     learning = [r for r in rows if r.get("learner_updates", 0) > 0]
     steady = learning[len(learning) // 2 :]
@@ -140,6 +146,7 @@ def main() -> None:
     p.add_argument("--actors", type=int, default=1)
     p.add_argument("--samples-per-insert", type=float, default=16.0)
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
+    p.add_argument("--ingest", default="thread", help="ACTORQ_INGEST arms: thread,process")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -151,27 +158,29 @@ def main() -> None:
             raise SystemExit(f"--algos: {algo!r} is not one of {sorted(CASES)}")
     print(f"# learner service vs update alone; {_cpu_line()}")
     print(f"# {args.actors} actor(s), samples per insert {args.samples_per_insert:g}")
-    print("| algo | device | path | alone upd/s | service upd/s | service/alone "
+    print("| algo | device | path | ingest | alone upd/s | service upd/s | service/alone "
           "| env steps/s | learner wait | learner sample | learner CPU/wall |")  # fmt: skip
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
     with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
         for rnd in range(args.rounds):
             for algo in algos:
                 for device in args.devices.split(","):
                     alone = _alone(algo, device, args.seconds)
-                    run_dir = Path(tmp) / f"{algo}-{device}-{rnd}"
-                    svc = _service(algo, device, args, run_dir)
-                    ratio = svc["updates_per_s"] / alone["updates_per_s"]
-                    ratios.append(ratio)
-                    cpu = svc["cpu"].get("learner", 0.0) / max(svc["wall"], 1e-9)
-                    print(
-                        f"| {algo} | {device} | {svc['path']} | {alone['updates_per_s']:,.0f} "
-                        f"| {svc['updates_per_s']:,.0f} | {ratio:.2f} "
-                        f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "
-                        f"| {svc['sample']:.2f} | {cpu:.2f} |",
-                        flush=True,
-                    )
+                    for ingest in args.ingest.split(","):
+                        run_dir = Path(tmp) / f"{algo}-{device}-{ingest}-{rnd}"
+                        svc = _service(algo, device, args, run_dir, ingest)
+                        ratio = svc["updates_per_s"] / alone["updates_per_s"]
+                        ratios.append(ratio)
+                        cpu = svc["cpu"].get("learner", 0.0) / max(svc["wall"], 1e-9)
+                        print(
+                            f"| {algo} | {device} | {svc['path']} | {ingest} "
+                            f"| {alone['updates_per_s']:,.0f} "
+                            f"| {svc['updates_per_s']:,.0f} | {ratio:.2f} "
+                            f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "
+                            f"| {svc['sample']:.2f} | {cpu:.2f} |",
+                            flush=True,
+                        )
     print(f"service/alone min {min(ratios):.2f}")
 
 

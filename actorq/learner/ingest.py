@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -19,15 +20,26 @@ class ReplayIngest:
     """Polls `reader` on a daemon thread until `stop` is set."""
 
     def __init__(
-        self, reader: RedisReplayReader, storage: ReplayStorage, stop: threading.Event
+        self,
+        reader: RedisReplayReader,
+        storage: ReplayStorage,
+        stop: threading.Event,
+        after_poll: Callable[[], None] | None = None,
     ) -> None:
+        """`after_poll` runs after every poll (the ingest process reports its counts)."""
         self.reader, self.storage, self.stop = reader, storage, stop
-        self.thread = threading.Thread(target=self._run, name="ingest", daemon=True)
+        self.after_poll = after_poll or (lambda: None)
+        self.thread = threading.Thread(target=self.run, name="ingest", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
-    def _run(self) -> None:
+    def sync(self) -> None:
+        """Nothing to do: the reader tells the sampler of new rows as it inserts them
+        (the ingest process's `sync` does it for rows another process wrote)."""
+
+    def run(self) -> None:
+        """Poll until `stop` is set (the thread's body; the ingest process's main loop)."""
         backoff = 0.05
         rejected = self.reader.rejected
         while not self.stop.is_set():
@@ -45,14 +57,15 @@ class ReplayIngest:
             if self.reader.rejected != rejected:  # malformed entries: skipped and counted
                 metrics.LEARNER_REPLAY_REJECTED.inc(self.reader.rejected - rejected)
                 rejected = self.reader.rejected
+            self.after_poll()
 
     def finish(self) -> None:
         """Join the thread (`stop` must be set), then ingest what the stream still holds."""
         self.thread.join(timeout=5.0)
         if not self.thread.is_alive():
-            self._drain()
+            self.drain()
 
-    def _drain(self, timeout: float = 5.0, quiet: float = 1.0) -> None:
+    def drain(self, timeout: float = 5.0, quiet: float = 1.0) -> None:
         """Ingest what the stream still holds, and what actors stopping beside the learner
         push until the stream has been quiet for `quiet` seconds (`compose stop` stops
         them in parallel), so a clean stop leaves the mirror (and the final checkpoint's
@@ -65,5 +78,6 @@ class ReplayIngest:
                 if added:
                     quiet_until = time.monotonic() + quiet
                     metrics.LEARNER_REPLAY_INSERTED.inc(added)
+                self.after_poll()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("redis unavailable while draining the replay stream: %s", exc)

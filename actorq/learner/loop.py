@@ -35,7 +35,7 @@ from actorq.learner.distributed import (
     broadcast_tensors,
     tensors_in,
 )
-from actorq.learner.ingest import ReplayIngest
+from actorq.learner.ingest_process import make_ingest, make_shared_replay
 from actorq.learner.progress_report import ProgressReport
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.learner.rlx2 import RLx2Learning
@@ -50,6 +50,7 @@ from actorq.replay import (
     ReplayStorage,
     SampleToInsertRatio,
 )
+from actorq.replay.shared import SharedReplay
 from actorq.sparse.config import SparseTrainingConfig
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ class Learner:
             raise ValueError("the primary learner (rank 0) needs a publisher")
         self.publisher = publisher
         self.algo = _algorithm(settings, algo_config, spec)  # whichever ACTORQ_ALGO names
-        self.storage, self.rlx2 = _replay_mirror(settings, algo_config, spec, self.algo, rlx2)
+        self.storage, self.rlx2, shared = _replay_mirror(
+            settings, algo_config, spec, self.algo, rlx2
+        )
         self.sampler = make_sampler(settings)
         # Behaviour vs learner gap on sampled rows; n-step importance weights when asked.
         self.behaviour = BehaviourMonitor(
@@ -96,7 +99,7 @@ class Learner:
         self.reader = RedisReplayReader(
             client, keys, self.storage, self.sampler, shard=self.dist.shard()
         )
-        self.ingest = ReplayIngest(self.reader, self.storage, stop)
+        self.ingest = make_ingest(self.reader, shared, stop)
         self._agreement = StepAgreement(settings.device) if self.dist.enabled else None
         if self.dist.enabled:
             _check_parallel(self.algo, self.rlx2, self.dist.world_size)
@@ -190,6 +193,7 @@ class Learner:
         together (each update holds a gradient all-reduce every rank must join).
         """
         while True:
+            self.ingest.sync()
             done = self.stop.is_set() or self._budget_spent()
             has_data = len(self.storage) >= self.cfg.batch_size
             all_have_data, stopping, inserted = self._agree(
@@ -329,25 +333,30 @@ def _replay_mirror(
     spec: MLPSpec | CNNSpec,
     algo: Any,
     rlx2: SparseTrainingConfig | None,
-) -> tuple[ReplayStorage, RLx2Learning | None]:
-    """The preallocated replay mirror, and RLx2 (sparse networks, delayed n-step, dynamic
-    replay; FLOPs for every continuous run) where it applies."""
+) -> tuple[ReplayStorage, RLx2Learning | None, SharedReplay | None]:
+    """The preallocated replay mirror (in shared memory with ACTORQ_INGEST=process), and
+    RLx2 (sparse networks, delayed n-step, dynamic replay; FLOPs for every continuous
+    run) where it applies."""
     continuous = is_continuous(settings.algo)
     rlx2 = rlx2 or SparseTrainingConfig()
-    storage = ReplayStorage(
-        settings.replay_capacity,
-        spec.obs_dim,
-        spec.num_outputs if continuous else 0,
-        link_trajectories=RLx2Learning.links_trajectories(rlx2),
-        obs_shape=spec.obs_shape if isinstance(spec, CNNSpec) else (),  # uint8 pixels
+    shape = (
+        settings.replay_capacity, spec.obs_dim, spec.num_outputs if continuous else 0,
+        spec.obs_shape if isinstance(spec, CNNSpec) else (),  # uint8 pixels
+    )  # fmt: skip
+    links = RLx2Learning.links_trajectories(rlx2)
+    shared = make_shared_replay(*shape, links) if settings.ingest == "process" else None
+    storage = (
+        ReplayStorage(*shape[:3], link_trajectories=links, obs_shape=shape[3])
+        if shared is None
+        else shared.storage
     )
     log.info(
-        "replay mirror: %d rows, %s observations, %.1f MiB preallocated",
+        "replay mirror: %d rows, %s observations, %.1f MiB preallocated%s",
         settings.replay_capacity, "uint8 pixel" if isinstance(spec, CNNSpec) else "float32",
-        storage.nbytes / 2**20,
+        storage.nbytes / 2**20, "" if shared is None else ", shared with the ingest process",
     )  # fmt: skip
     learning = RLx2Learning(rlx2, algo, settings, storage) if continuous or rlx2.active else None
-    return storage, learning
+    return storage, learning, shared
 
 
 def _check_parallel(algo: Any, rlx2: RLx2Learning | None, world_size: int) -> None:

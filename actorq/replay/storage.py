@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -19,6 +20,48 @@ COLUMNS = ("obs", "action", "reward", "next_obs", "done", "policy_version", "ste
 """`behaviour` (like `action`) and `behaviour_logp` hold what actors recorded of their own
 policy (actorq.replay.batch); `has_behaviour` is false for rows from entries without them
 (older writers), and `behaviour_logp` is NaN where the log-prob was not sent (OU noise)."""
+
+
+FILL = {"steps": 1, "behaviour_logp": np.nan}
+"""Initial values of columns that are not zero (n-step length 1; no behaviour log-prob)."""
+
+
+class SharedColumns(Protocol):
+    """Columns, counts and a lock that live outside this process (actorq.replay.shared)."""
+
+    columns: dict[str, np.ndarray]
+    counts: np.ndarray  # int64 [2]
+    lock: Any  # a context manager that excludes other threads and processes
+
+
+def column_layout(
+    capacity: int, obs_dim: int, act_dim: int = 0, obs_shape: tuple[int, ...] = ()
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of every column (`COLUMNS` order) of a storage built with these
+    arguments: float32 or uint8 [C, H, W] observations, int64 or float32 [act_dim] actions."""
+    row, obs = (tuple(obs_shape), np.uint8) if obs_shape else ((obs_dim,), np.float32)
+    action = ((capacity, act_dim), np.float32) if act_dim else ((capacity,), np.int64)
+    one = lambda dtype: ((capacity,), np.dtype(dtype))  # noqa: E731
+    return {
+        "obs": ((capacity, *row), np.dtype(obs)),
+        "action": (action[0], np.dtype(action[1])),
+        "reward": one(np.float32),
+        "next_obs": ((capacity, *row), np.dtype(obs)),
+        "done": one(np.bool_),
+        "policy_version": one(np.int64),
+        "steps": one(np.uint8),
+        "behaviour": (action[0], np.dtype(action[1])),
+        "behaviour_logp": one(np.float32),
+        "has_behaviour": one(np.bool_),
+    }
+
+
+def local_columns(layout: dict[str, tuple[tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
+    """Zeroed columns (pages committed as they are written), then `FILL`'s values."""
+    columns = {name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()}
+    for name, value in FILL.items():
+        columns[name].fill(value)
+    return columns
 
 
 class ReplayStorage:
@@ -35,6 +78,7 @@ class ReplayStorage:
         act_dim: int = 0,
         link_trajectories: bool = False,
         obs_shape: tuple[int, ...] = (),
+        shared: SharedColumns | None = None,
     ) -> None:
         """`act_dim` 0: discrete int64 actions; >= 1: continuous float32 [act_dim] actions
         plus a `steps` column (n-step lengths, 1 unless the batch says otherwise).
@@ -44,7 +88,10 @@ class ReplayStorage:
 
         `obs_shape` (C, H, W) (pixel envs, discrete actions): obs and next_obs are kept as
         uint8 [C, H, W] as the actors saw them, 4x less memory than float32; the learner
-        converts sampled batches to float (actorq.algos.dqn). () = flat float32 obs."""
+        converts sampled batches to float (actorq.algos.dqn). () = flat float32 obs.
+
+        `shared`: columns, counts and lock in memory another process writes into (the
+        ingest process, actorq.replay.shared), laid out by `column_layout`."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         if obs_dim < 1 or (obs_shape and math.prod(obs_shape) != obs_dim):
@@ -54,26 +101,31 @@ class ReplayStorage:
         self.capacity = capacity
         self.obs_dim = obs_dim
         self.act_dim = act_dim
-        action = (
-            np.zeros((capacity, act_dim), np.float32) if act_dim else np.zeros(capacity, np.int64)
-        )
-        row, dtype = (tuple(obs_shape), np.uint8) if obs_shape else ((obs_dim,), np.float32)
-        self._cols: dict[str, np.ndarray] = {
-            "obs": np.zeros((capacity, *row), dtype),
-            "action": action,
-            "reward": np.zeros(capacity, np.float32),
-            "next_obs": np.zeros((capacity, *row), dtype),
-            "done": np.zeros(capacity, np.bool_),
-            "policy_version": np.zeros(capacity, np.int64),
-        }
-        self._cols["steps"] = np.ones(capacity, np.uint8)  # n-step lengths (1 = one-step)
-        self._cols["behaviour"] = np.zeros_like(action)
-        self._cols["behaviour_logp"] = np.full(capacity, np.nan, np.float32)
-        self._cols["has_behaviour"] = np.zeros(capacity, np.bool_)
-        self._lock = threading.Lock()
-        self._total = 0
-        self._dropped_before = 0  # insert sequence number of the oldest row not dropped
+        layout = column_layout(capacity, obs_dim, act_dim, obs_shape)
+        if shared is not None and link_trajectories:
+            raise ValueError("a shared storage cannot link trajectories (links live here)")
+        self._cols = local_columns(layout) if shared is None else shared.columns
+        # [rows ever added, sequence number of the oldest row not dropped]: an array so a
+        # shared storage (actorq.replay.shared) keeps them where another process sees them.
+        self._counts = np.zeros(2, np.int64) if shared is None else shared.counts
+        self._lock = threading.Lock() if shared is None else shared.lock
         self.links = TrajectoryLinks(capacity) if link_trajectories and act_dim else None
+
+    @property
+    def _total(self) -> int:
+        return int(self._counts[0])
+
+    @_total.setter
+    def _total(self, value: int) -> None:
+        self._counts[0] = value
+
+    @property
+    def _dropped_before(self) -> int:  # insert sequence number of the oldest row not dropped
+        return int(self._counts[1])
+
+    @_dropped_before.setter
+    def _dropped_before(self, value: int) -> None:
+        self._counts[1] = value
 
     def __len__(self) -> int:
         return self._total - self.oldest_seq

@@ -6,6 +6,7 @@ that fix it copied the last progress poll and lagged both by several versions.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,16 @@ import redis
 pytestmark = pytest.mark.e2e
 
 
-def test_summary_checkpoint_and_redis_agree(tmp_path: Path, redis_url: str) -> None:
+def _shared_replays() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("actorq-replay-*")}
+
+
+@pytest.mark.parametrize("ingest", ["thread", "process"])
+def test_summary_checkpoint_and_redis_agree(tmp_path: Path, redis_url: str, ingest: str) -> None:
+    """Also with ingest in its own process (ACTORQ_INGEST=process): every acknowledged
+    transition ingested, and no shared replay file or ingest process left behind."""
     run_dir = tmp_path / "records"
+    shared_before = _shared_replays()
     args = ["--env", "CartPole-v1", "--actors", "1", "--envs-per-actor", "4"]
     args += ["--eval-envs", "2", "--target-return", "none", "--max-seconds", "20"]
     args += ["--redis-url", redis_url, "--run-dir", str(run_dir), "--seed", "3"]
@@ -27,8 +36,12 @@ def test_summary_checkpoint_and_redis_agree(tmp_path: Path, redis_url: str) -> N
         text=True,
         timeout=240,
         stdin=subprocess.DEVNULL,
+        env=os.environ | {"ACTORQ_INGEST": ingest},
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    learner_log = (run_dir / "logs" / "learner.log").read_text()
+    assert ("ingest process" in learner_log) == (ingest == "process")
+    assert _shared_replays() == shared_before
 
     summary = json.loads((run_dir / "summary.json").read_text())
     checkpoint = json.loads((run_dir / "checkpoints" / "checkpoint.json").read_text())
