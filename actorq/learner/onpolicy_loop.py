@@ -23,6 +23,7 @@ from actorq.algos.factory import make_algorithm
 from actorq.algos.ppo import OnPolicyLearner, PPOConfig
 from actorq.config import LearnerSettings
 from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
+from actorq.learner.counters import LearnerCounters
 from actorq.learner.publisher import Snapshot, WeightsPublisher
 from actorq.models import MLPSpec
 from actorq.onpolicy import metrics as op_metrics
@@ -34,16 +35,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class OnPolicyCounters:
-    updates: int = 0
+class OnPolicyCounters(LearnerCounters):
     segments_trained: int = 0
     segments_dropped: int = 0
     transitions_trained: int = 0
-    wait_seconds: float = 0.0
-    last_loss: float = float("nan")
-    checkpoints: int = 0
     stats: dict[str, float] = field(default_factory=dict)
-    started: float = field(default_factory=time.perf_counter)
 
 
 def split_stale(
@@ -185,12 +181,11 @@ class OnPolicyTrainer:
 
     def status_counters(self) -> dict[str, float]:
         c = self.counters
-        elapsed = time.perf_counter() - c.started
         return {
             "updates": c.updates,
             "loss": c.last_loss,
             "replay_inserted": c.transitions_trained,
-            "wait_fraction": c.wait_seconds / elapsed if elapsed > 0 else 0.0,
+            "wait_fraction": c.wait_fraction(),
             "checkpoints": c.checkpoints,
             "publish_failures": self.publisher.failures,
             "blob_bytes": self.publisher.blob_bytes,
