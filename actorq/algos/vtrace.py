@@ -36,12 +36,18 @@ def gae(
     not_terminal = 1.0 - terminated.float()
     not_done = not_terminal * (1.0 - truncated.float())
     deltas = rewards + gamma * not_terminal * next_values - values
-    advantages = torch.zeros_like(deltas)
+    advantages = _backward_sum(deltas, gamma * lam * not_done)
+    return advantages, advantages + values
+
+
+def _backward_sum(deltas: torch.Tensor, coefs: torch.Tensor) -> torch.Tensor:
+    """x_t = deltas_t + coefs_t * x_{t+1} for t = T-1 .. 0, with x_T = 0."""
+    out = torch.zeros_like(deltas)
     running = torch.zeros_like(deltas[0])
     for t in range(deltas.shape[0] - 1, -1, -1):
-        running = deltas[t] + gamma * lam * not_done[t] * running
-        advantages[t] = running
-    return advantages, advantages + values
+        running = deltas[t] + coefs[t] * running
+        out[t] = running
+    return out
 
 
 @dataclass(frozen=True)
@@ -78,12 +84,7 @@ def vtrace(
     not_terminal = 1.0 - terminated.float()
     not_done = not_terminal * (1.0 - truncated.float())
     deltas = clipped_rhos * (rewards + gamma * not_terminal * next_values - values)
-    vs_minus_v = torch.zeros_like(deltas)
-    running = torch.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
-        running = deltas[t] + gamma * cs[t] * not_done[t] * running
-        vs_minus_v[t] = running
-    vs = vs_minus_v + values
+    vs = _backward_sum(deltas, gamma * cs * not_done) + values
     # v_{s+1}: the next step's target inside an episode; the bootstrap value at its end.
     vs_next = next_values.clone()
     vs_next[:-1] = torch.where(not_done[:-1] > 0, vs[1:], next_values[:-1])
