@@ -5,8 +5,9 @@ device (cpu on one thread; cuda when present) a fresh learner is built per updat
 the learner offers there (actorq.learner.update_path), warmed up, then timed over fixed
 random batches by the wall clock, `torch.cuda.synchronize()` before each clock read and
 the host->device copy included (as in the service). One JSON line per measurement, then
-one per case with `auto`'s choice (actorq.learner.device.choose_device with this
-machine's GPU count). Run by bench/gpu_report.py; alone:
+one per case with `auto`'s choice: the learner's own start-up measurement
+(actorq.learner.device.resolve_device on this machine), whose pick the report's verdict
+compares with the faster device measured here. Run by bench/gpu_report.py; alone:
 
     python bench/gpu_cases.py [--devices cpu,cuda] [--seconds 1.5] [--tiny]
 """
@@ -113,12 +114,25 @@ def measure(case: tuple, device: str, seconds: float, with_compiled: bool) -> li
 
 
 def auto_choice(case: tuple, cuda_devices: int) -> dict:
-    from actorq.learner.device import choose_device, update_mflop
+    """What `auto` picks for the case: the learner's own start-up measurement
+    (actorq.learner.device.resolve_device, a few dozen updates per candidate), checked
+    against this bench's longer timings by the verdict."""
+    from actorq.algos import load_algorithm_config
+    from actorq.learner.device import CudaInfo, resolve_device, update_mflop
+    from actorq.learner.device_probe import LearnerRecipe
+    from actorq.models import MLPSpec
 
     algo, obs, out, hidden, batch = case
-    mflop = update_mflop(algo, obs, out, hidden, batch)
-    choice = choose_device("auto", algo, mflop, cuda_devices)
-    return {"auto": choice.device, "reason": choice.reason, "mflop": mflop}
+    config = load_algorithm_config(algo, {}, batch_size=batch)
+    recipe = LearnerRecipe(algo, MLPSpec(obs, out, hidden), config, seed=0)
+    cuda = CudaInfo.probe() if cuda_devices else CudaInfo(0)
+    started = time.perf_counter()
+    choice = resolve_device("auto", recipe, cuda=cuda)
+    return {
+        "auto": choice.device, "auto_path": choice.update_path, "reason": choice.reason,
+        "auto_timings": dict(choice.timings), "auto_seconds": time.perf_counter() - started,
+        "mflop": update_mflop(algo, obs, out, hidden, batch),
+    }  # fmt: skip
 
 
 def main() -> int:

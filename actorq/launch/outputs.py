@@ -84,6 +84,9 @@ class Summary:
     learner_device: str | None = None
     learner_update_path: str | None = None
     learner_dtype: str | None = None
+    # ms per update of each "device/path" the learner measured at start-up (None: not
+    # measured: one candidate, parallel learners, or an older learner).
+    learner_device_timings: dict[str, float] | None = None
 
 
 def _clean(value: Any) -> Any:

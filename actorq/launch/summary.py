@@ -87,7 +87,7 @@ def _write_outputs(
         if last
         else {},
         **sparse_summary(run_dir, monitor),
-        **learner_info,  # learner_device, learner_update_path, learner_dtype
+        **learner_info,  # learner_device, _update_path, _dtype, _device_timings
     )
     write_summary(run_dir, summary)
     write_episodes(run_dir, monitor)

@@ -58,12 +58,12 @@ def _status_fn(trainer: OnPolicyTrainer, runtime: ServiceRuntime):
 
 
 def serve_onpolicy(settings: LearnerSettings, config, choice=None) -> int:
-    """`choice`: the resolved actorq.learner.device.DeviceChoice (its reason is logged)."""
+    """`choice`: the resolved actorq.learner.device.DeviceChoice (its reason and timings
+    are reported, its measured path taken for ACTORQ_UPDATE_PATH=auto)."""
     torch.set_num_threads(settings.torch_threads)
     runtime = ServiceRuntime("learner")
     trainer = build_trainer(settings, config, runtime)
-    reason = choice.reason if choice is not None else ""
-    info = setup_learner(trainer.algo, settings.device, settings.update_path, reason)
+    info = setup_learner(trainer.algo, settings.device, settings.update_path, choice)
     tls = TlsConfig.from_settings(settings)
     stop_peers = allowed_peers(settings, "tls_allowed_stop_peers")
     server = GrpcServer(

@@ -8,10 +8,15 @@ offers on its device: the numpy update beats torch's ops on the CPU (earlier BEN
 on a GPU a replayed graph skips the per-op launches and host syncs that make an eager
 update cost ~1.4 ms whatever its size (issue 29), and needs no compile at start-up.
 
-What was chosen is said three ways: the learner's start-up line, the Prometheus gauge
-`actorq_learner_info{device, update_path, dtype} 1`, and a JSON record at
-`<prefix>:learner:info` in Redis that `actorq run` copies into summary.json
-(`learner_device`, `learner_update_path`, `learner_dtype`).
+Where the learner measured its candidates at start-up (actorq.learner.device), `auto`
+takes the path measured fastest on its device instead, when the learner it trains offers
+it (RLx2's sparse masks, for one, rule the captured paths out).
+
+What was chosen is said three ways: the learner's start-up line (with the measured ms
+per update), the Prometheus gauge `actorq_learner_info{device, update_path, dtype} 1`, and
+a JSON record at `<prefix>:learner:info` in Redis that `actorq run` copies into
+summary.json (`learner_device`, `learner_update_path`, `learner_dtype`,
+`learner_device_timings`: "device/path" -> ms per update, absent when nothing was measured).
 """
 
 from __future__ import annotations
@@ -19,15 +24,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from actorq import metrics
 from actorq.algos.capture import apply_update_path, available_update_paths, current_update_path
 from actorq.config import ConfigError
+from actorq.learner.device import format_timings
 from actorq.redis_keys import RedisKeys
+
+if TYPE_CHECKING:
+    from actorq.learner.device import DeviceChoice
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +109,13 @@ class LearnerInfo:
     update_path: str
     dtype: str
     reason: str = ""
+    timings: Mapping[str, float] = field(default_factory=dict)
+    """ms per update of each candidate measured at start-up, "device/path" -> ms."""
 
     def line(self) -> str:
         """For the start-up log line."""
-        return f"device {self.device}, update path {self.update_path}, dtype {self.dtype}"
+        line = f"device {self.device}, update path {self.update_path}, dtype {self.dtype}"
+        return f"{line}, measured {format_timings(self.timings)}" if self.timings else line
 
     def announce(self, client: redis.Redis | None, keys: RedisKeys | None) -> None:
         """Set the info gauge; write the Redis record (rank 0 passes a client)."""
@@ -117,15 +129,26 @@ class LearnerInfo:
             log.warning("could not record the learner's device in redis: %s", exc)
 
 
-def setup_learner(algo: Any, device: str, requested_path: str, reason: str = "") -> LearnerInfo:
-    """Choose and apply the update path of `algo` (built on `device`); what it runs."""
-    path = set_update_path(algo, requested_path, device)
-    return LearnerInfo(device, path, learner_dtype(algo), reason)
+def setup_learner(
+    algo: Any, device: str, requested_path: str, choice: DeviceChoice | None = None
+) -> LearnerInfo:
+    """Choose and apply the update path of `algo` (built on `device`); what it runs.
+    `choice`: how the device was chosen (its reason and timings are reported, and for an
+    `auto` path its measured path is taken where `algo` offers it)."""
+    wanted = requested_path
+    measured = choice.update_path if choice is not None and choice.device == device else ""
+    if requested_path == "auto" and measured in available_update_paths(algo):
+        wanted = measured
+    path = set_update_path(algo, wanted, device)
+    if choice is None:
+        return LearnerInfo(device, path, learner_dtype(algo))
+    return LearnerInfo(device, path, learner_dtype(algo), choice.reason, dict(choice.timings))
 
 
-def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, str]:
-    """The learner's record as {learner_device, learner_update_path, learner_dtype};
-    {} when there is none (an older learner) or Redis cannot be read."""
+def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, Any]:
+    """The learner's record as {learner_device, learner_update_path, learner_dtype} and,
+    when it measured its candidates, learner_device_timings ("device/path" -> ms per
+    update); {} when there is none (an older learner) or Redis cannot be read."""
     if client is None:
         return {}
     try:
@@ -135,6 +158,21 @@ def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, 
         return {}
     if not isinstance(record, dict):
         return {}
-    return {
+    info: dict[str, Any] = {
         f"learner_{k}": str(record[k]) for k in ("device", "update_path", "dtype") if k in record
+    }
+    timings = _timings(record.get("timings"))
+    if timings:
+        info["learner_device_timings"] = timings
+    return info
+
+
+def _timings(value: Any) -> dict[str, float]:
+    """The record's timings, keeping only "device/path" -> number entries."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in value.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
     }

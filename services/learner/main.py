@@ -125,8 +125,7 @@ def serve(
     retain_freed_memory()  # no page faults on each update's activation buffers
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime, rlx2)
-    reason = choice.reason if choice is not None else ""
-    info = setup_learner(learner.algo, settings.device, settings.update_path, reason)
+    info = setup_learner(learner.algo, settings.device, settings.update_path, choice)
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,

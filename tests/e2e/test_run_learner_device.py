@@ -1,5 +1,6 @@
 """`actorq run` says where its learner trained: summary.json's learner_device,
-learner_update_path and learner_dtype, and the learner's actorq_learner_info gauge."""
+learner_update_path, learner_dtype and learner_device_timings (auto's start-up
+measurement), and the learner's actorq_learner_info gauge."""
 
 from __future__ import annotations
 
@@ -62,10 +63,15 @@ def test_summary_and_metric_name_device_path_dtype(tmp_path: Path) -> None:
     assert summary["learner_device"] == "cpu"
     assert summary["learner_update_path"] == "numpy-flat"
     assert summary["learner_dtype"] == "float32"
+    # auto measured both of DQN's CPU paths at start-up (ms per update)
+    timings = summary["learner_device_timings"]
+    assert set(timings) == {"cpu/numpy-flat", "cpu/torch-eager"}, timings
+    assert all(ms > 0 for ms in timings.values()), timings
     assert "learner on cpu, update path numpy-flat, float32" in output
     log = (run_dir / "logs" / "learner.log").read_text()
-    assert "device cpu, update path numpy-flat, dtype float32" in log  # the start-up line
-    assert "learner device cpu (auto: " in log  # and why
+    # the start-up line, with the timings
+    assert "device cpu, update path numpy-flat, dtype float32, measured cpu/" in log
+    assert "learner device cpu (auto: fastest of " in log  # and why
 
 
 @pytest.mark.gpu

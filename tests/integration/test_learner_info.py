@@ -34,6 +34,17 @@ def test_announce_sets_gauge_and_record(redis_client: redis.Redis, redis_keys: R
     }
 
 
+def test_record_carries_the_measured_timings(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    timings = {"cpu/numpy-flat": 0.21, "cpu/torch-eager": 0.93}
+    LearnerInfo("cpu", "numpy-flat", "float32", "auto: ...", timings).announce(
+        redis_client, redis_keys
+    )
+    info = read_learner_info(redis_client, redis_keys)
+    assert info["learner_device_timings"] == timings and info["learner_device"] == "cpu"
+
+
 def test_unreadable_record_is_empty(redis_client: redis.Redis, redis_keys: RedisKeys) -> None:
     redis_client.set(redis_keys.learner_info, b"not json")
     assert read_learner_info(redis_client, redis_keys) == {}

@@ -1,22 +1,28 @@
-"""The learner's device rule (actorq.learner.device) and update-path choice
-(actorq.learner.update_path): inputs in, choice out, on the figures they were built from."""
+"""The learner's device choice (actorq.learner.device, measured by
+actorq.learner.device_probe) and update-path choice (actorq.learner.update_path): timings
+in, choice out, and a real measurement on this machine's CPU."""
 
 from __future__ import annotations
 
-import pytest
+import importlib
+import time
 
-from actorq.algos import DQNConfig, make_algorithm
+import numpy as np
+import pytest
+import torch
+
+from actorq.algos import DQNConfig, load_algorithm_config, make_algorithm
 from actorq.config import ConfigError, LearnerSettings, RunSettings
 from actorq.learner.device import (
-    COSTS,
-    MEASURED,
     CudaInfo,
+    DeviceChoice,
     check_available,
-    choose_device,
-    learner_mflop,
+    choose_measured,
+    format_timings,
     resolve_device,
     update_mflop,
 )
+from actorq.learner.device_probe import SECONDS, LearnerRecipe, measure, wanted_paths
 from actorq.learner.update_path import (
     LearnerInfo,
     choose_update_path,
@@ -26,6 +32,8 @@ from actorq.learner.update_path import (
 )
 from actorq.models import MLPSpec
 from actorq.models.cnn import cnn_spec_for
+
+NO_GPU = CudaInfo(0, (), "2.13.0+cpu")
 
 
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:12"])
@@ -73,58 +81,119 @@ def test_actor_critic_mflop_orders() -> None:
     assert update_mflop("ppo", 4, 2, (64, 64), 256) > 0
 
 
-@pytest.mark.parametrize("case", MEASURED, ids=lambda m: f"{m.algo}-{'x'.join(map(str, m.hidden))}")
-def test_cost_model_reproduces_its_measurements(case) -> None:
-    mflop = update_mflop(case.algo, case.obs_dim, case.num_outputs, case.hidden, case.batch)
-    cpu_ms, cuda_ms = COSTS[case.algo].predict(mflop)
-    assert cpu_ms == pytest.approx(case.cpu_ms, rel=0.02)
-    assert cuda_ms == pytest.approx(case.cuda_ms, rel=0.03)
+def _recipe(algo: str = "dqn", hidden: tuple[int, ...] = (64, 64), **overrides) -> LearnerRecipe:
+    config = load_algorithm_config(algo, {}, **overrides)
+    spec = MLPSpec(4, 2, hidden) if algo in ("dqn", "ppo", "appo", "a2c") else MLPSpec(3, 1, hidden)
+    return LearnerRecipe(algo, spec, config, seed=0)
 
 
-@pytest.mark.parametrize("case", MEASURED, ids=lambda m: f"{m.algo}-{'x'.join(map(str, m.hidden))}")
-def test_auto_never_slower_than_the_other_device_by_10_percent(case) -> None:
-    """Issue 29's target, on the table the rule was fitted to."""
-    mflop = update_mflop(case.algo, case.obs_dim, case.num_outputs, case.hidden, case.batch)
-    choice = choose_device("auto", case.algo, mflop, cuda_devices=1)
-    picked, other = (
-        (case.cuda_ms, case.cpu_ms) if choice.device == "cuda" else (case.cpu_ms, case.cuda_ms)
+# --- the choice from timings -------------------------------------------------------------
+def test_choice_takes_the_fastest_and_names_every_timing() -> None:
+    timings = {"cpu/numpy-flat": 0.21, "cpu/torch-eager": 0.93, "cuda/cuda-graph": 0.35}
+    choice = choose_measured(timings)
+    assert (choice.device, choice.update_path) == ("cpu", "numpy-flat")
+    assert choice.timings == timings
+    assert choice.reason == (
+        "auto: fastest of cpu/numpy-flat 0.21 ms, cuda/cuda-graph 0.35 ms, "
+        "cpu/torch-eager 0.93 ms per update"
     )
-    assert picked <= 1.1 * other, choice
-    assert "predicted" in choice.reason and choice.cpu_ms and choice.cuda_ms
+    gpu = choose_measured({"cpu/torch-eager": 53.6, "cuda:1/cuda-graph": 0.9}, "cuda:1")
+    assert (gpu.device, gpu.update_path) == ("cuda:1", "cuda-graph")
+    assert gpu.reason.startswith("asked for: fastest of cuda:1/cuda-graph 0.9 ms")
+    with pytest.raises(ValueError, match="at least one timing"):
+        choose_measured({})
 
 
-def test_cartpole_dqn_stays_on_cpu_and_big_dqn_moves() -> None:
-    small = choose_device("auto", "dqn", update_mflop("dqn", 4, 2, (64, 64), 128), 1)
-    big = choose_device("auto", "dqn", update_mflop("dqn", 4, 2, (1024,) * 3, 256), 1)
-    assert (small.device, big.device) == ("cpu", "cuda")
-    # the crossover sits between: 256x256 is ~16x CartPole's work, still the CPU's
-    mid = choose_device("auto", "dqn", update_mflop("dqn", 4, 2, (256, 256), 128), 1)
-    assert mid.device == "cpu"
+def test_timings_are_formatted_fastest_first() -> None:
+    assert format_timings({"a/x": 1.2345, "b/y": 0.5}) == "b/y 0.5 ms, a/x 1.23 ms"
+    assert format_timings({}) == ""
 
 
-def test_auto_without_gpu_or_with_parallel_learners_is_cpu() -> None:
-    huge = update_mflop("dqn", 4, 2, (4096,) * 3, 1024)
-    assert choose_device("auto", "dqn", huge, cuda_devices=0).device == "cpu"
-    parallel = choose_device("auto", "dqn", huge, cuda_devices=2, world_size=2)
+def test_auto_measures_compiled_only_when_named() -> None:
+    offered = ("numpy-flat", "torch-eager", "compiled")
+    assert wanted_paths(offered, "auto") == ["numpy-flat", "torch-eager"]
+    assert wanted_paths(offered, "compiled") == ["compiled"]
+    assert wanted_paths(("torch-eager",), "numpy-flat") == []
+
+
+# --- a real measurement on this CPU ------------------------------------------------------
+def test_measurement_times_every_cpu_path_dqn_offers_within_its_budget(one_torch_thread) -> None:
+    # A process's first torch optimizer step imports torch._dynamo (~0.5 s, more on a busy
+    # machine): a one-off of the process, not part of the measurement's budget.
+    importlib.import_module("torch._dynamo")
+    started = time.perf_counter()
+    measured = measure(_recipe(batch_size=128), ["cpu"])
+    elapsed = time.perf_counter() - started
+    assert set(measured.timings) == {"cpu/numpy-flat", "cpu/torch-eager"}, measured
+    assert all(ms > 0 for ms in measured.timings.values()) and not measured.failed
+    assert elapsed < SECONDS + 1.0, elapsed  # the budget, plus building the learners
+    choice = resolve_device("auto", _recipe(batch_size=128), cuda=NO_GPU)
+    assert choice.device == "cpu" and choice.update_path in ("numpy-flat", "torch-eager")
+    assert choice.reason.startswith("auto: fastest of ") and "cpu/torch-eager" in choice.reason
+
+
+def test_measurement_leaves_threads_and_rngs_as_they_were() -> None:
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(5)
+        np.random.seed(5)
+        expected = (torch.rand(3), np.random.rand(3))
+        torch.manual_seed(5)
+        np.random.seed(5)
+        measure(_recipe(batch_size=32), ["cpu"], torch_threads=1)
+        assert torch.get_num_threads() == 2
+        assert torch.equal(torch.rand(3), expected[0])
+        assert np.array_equal(np.random.rand(3), expected[1])
+    finally:
+        torch.set_num_threads(1)
+
+
+def test_explicit_path_is_measured_alone(one_torch_thread) -> None:
+    one = resolve_device("auto", _recipe(batch_size=32), "torch-eager", cuda=NO_GPU)
+    assert (one.device, one.update_path, dict(one.timings)) == ("cpu", "torch-eager", {})
+    assert "cpu/torch-eager is the only candidate (no CUDA device here)" in one.reason
+    none = resolve_device("auto", _recipe("td3", (32, 32)), "numpy-flat", cuda=NO_GPU)
+    assert none.device == "cpu" and "no candidate offers update path 'numpy-flat'" in none.reason
+
+
+def test_explicit_device_is_kept_and_its_paths_measured(one_torch_thread) -> None:
+    choice = resolve_device("cpu", _recipe(batch_size=32), cuda=NO_GPU)
+    assert choice.device == "cpu" and choice.reason.startswith("asked for: fastest of ")
+    assert set(choice.timings) == {"cpu/numpy-flat", "cpu/torch-eager"}
+
+
+def test_parallel_learners_stay_on_cpu_unmeasured() -> None:
+    gpus = CudaInfo(2, ("a", "b"))
+    parallel = resolve_device("auto", _recipe(), world_size=2, cuda=gpus)
     assert parallel.device == "cpu" and "ACTORQ_DEVICE=cuda:N" in parallel.reason
+    assert not parallel.timings
+    asked = resolve_device("cuda:1", _recipe(), world_size=2, cuda=gpus)
+    assert asked.device == "cuda:1" and not asked.timings
 
 
-def test_explicit_device_is_kept() -> None:
-    assert choose_device("cuda:1", "dqn", 1.0, 2).device == "cuda:1"
-    assert choose_device("cpu", "dqn", 1e9, 2).device == "cpu"
+@pytest.mark.parametrize(
+    ("algo", "spec"),
+    [("dqn", cnn_spec_for((4, 10, 10), 3)), ("ppo", MLPSpec(4, 2, (16, 16))),
+     ("a2c", cnn_spec_for((4, 10, 10), 3)), ("td3", MLPSpec(3, 1, (16, 16)))],
+    ids=["dqn-pixels", "ppo", "a2c-pixels", "td3"],
+)  # fmt: skip
+def test_every_learner_kind_is_measured(one_torch_thread, algo, spec) -> None:
+    """Pixel replay batches, time-major segments and continuous actions all reach an
+    update (a lone candidate is timed only when asked)."""
+    overrides = {} if algo in ("ppo", "a2c") else {"batch_size": 16}
+    config = load_algorithm_config(algo, {}, **overrides)
+    recipe = LearnerRecipe(algo, spec, config, seed=0)
+    assert not measure(recipe, ["cpu"], "torch-eager").timings
+    measured = measure(recipe, ["cpu"], "torch-eager", time_alone=True)
+    assert not measured.failed, measured.failed
+    assert measured.timings and all(ms > 0 for ms in measured.timings.values())
 
 
-def test_pixels_count_convolutions() -> None:
-    class Config:
-        batch_size = 32
-
-    nature, pixels = learner_mflop("dqn", cnn_spec_for((4, 84, 84), 6), Config())
-    assert pixels and 2000 < nature < 4000  # ~18.7 MFLOP per frame forward, x5, x32
-    minatar, _ = learner_mflop("dqn", cnn_spec_for((10, 10, 10), 6), Config())
-    assert minatar < nature / 20
-    gpu = CudaInfo(1, ("test gpu",))
-    choice = resolve_device("auto", "dqn", cnn_spec_for((4, 84, 84), 6), Config(), cuda=gpu)
-    assert choice.device == "cuda" and "not measured" in choice.reason
+def test_cuda_asked_without_cuda_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="is_available"):
+        resolve_device("cuda", _recipe(), cuda=NO_GPU)
+    with pytest.raises(ConfigError, match=r"'cuda:1'.*available: cpu, cuda:0 \(NVIDIA H200\)"):
+        resolve_device("cuda:1", _recipe(), cuda=CudaInfo(1, ("NVIDIA H200",)))
 
 
 def test_cuda_asked_without_cuda_says_what_is_available() -> None:
@@ -139,21 +208,6 @@ def test_cuda_asked_without_cuda_says_what_is_available() -> None:
         check_available("cuda:1", one)
     check_available("cuda:0", one)  # present: no error
     check_available("cpu", none)
-
-
-def test_resolve_on_this_machine() -> None:
-    """Whatever this machine has, auto resolves to a device it can use."""
-    here = CudaInfo.probe()
-    spec = MLPSpec(4, 2, (64, 64))
-
-    class Config:
-        batch_size = 128
-
-    choice = resolve_device("auto", "dqn", spec, Config())
-    assert choice.device == "cpu"  # CartPole's DQN is the CPU's on any machine
-    if here.count == 0:
-        with pytest.raises(ConfigError, match="is_available"):
-            resolve_device("cuda", "dqn", spec, Config())
 
 
 # --- update paths ------------------------------------------------------------------------
@@ -175,8 +229,26 @@ def test_learners_report_their_path_and_dtype(one_torch_thread) -> None:
     assert set_update_path(td3, "auto", "cpu") == "torch-eager"
     assert set_update_path(torch_dqn, "auto", "cpu") == "torch-eager"
     assert learner_dtype(dqn) == learner_dtype(td3) == "float32"
-    info = setup_learner(dqn, "cpu", "auto", "asked for")
+    info = setup_learner(dqn, "cpu", "auto", DeviceChoice("cpu", "asked for"))
     assert info == LearnerInfo("cpu", "numpy-flat", "float32", "asked for")
     assert info.line() == "device cpu, update path numpy-flat, dtype float32"
     with pytest.raises(ConfigError, match="'cuda-graph'"):
         set_update_path(dqn, "cuda-graph", "cpu")  # not offered on a CPU learner
+
+
+def test_auto_path_takes_the_measured_one_where_offered(one_torch_thread) -> None:
+    timings = {"cpu/torch-eager": 0.5, "cpu/numpy-flat": 0.9}
+    measured = DeviceChoice("cpu", "auto: fastest of ...", "torch-eager", timings)
+    info = setup_learner(make_algorithm("dqn", 4, 2, (64, 64)), "cpu", "auto", measured)
+    assert (info.update_path, dict(info.timings)) == ("torch-eager", timings)
+    assert info.line() == (
+        "device cpu, update path torch-eager, dtype float32, measured cpu/torch-eager 0.5 ms, "
+        "cpu/numpy-flat 0.9 ms"
+    )
+    explicit = setup_learner(make_algorithm("dqn", 4, 2, (64, 64)), "cpu", "numpy-flat", measured)
+    assert explicit.update_path == "numpy-flat"  # an explicit path wins over the measurement
+    # A path the trained learner does not offer (RLx2's masks rule captured paths out):
+    # PREFERENCE's instead.
+    other = DeviceChoice("cpu", "auto: ...", "cuda-graph", {"cpu/cuda-graph": 0.1})
+    td3 = setup_learner(make_algorithm("td3", 3, 1, (32, 32)), "cpu", "auto", other)
+    assert td3.update_path == "torch-eager"

@@ -1,6 +1,7 @@
-"""On a CUDA machine (`make gpu-check` runs these with `-m gpu`; skipped elsewhere): the
-device rule resolves to the GPU for a big network, learners train there and report it,
-and where the learner offers a captured path it matches the eager one after 50 updates."""
+"""On a CUDA machine (`make gpu-check` runs these with `-m gpu`; skipped elsewhere): auto's
+start-up measurement times both devices and puts a big network on the GPU, learners train
+there and report it, and where the learner offers a captured path it matches the eager
+one after 50 updates."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from actorq.algos.capture import apply_update_path as apply
 from actorq.algos.capture import available_update_paths as available
 from actorq.algos.capture import current_update_path as current
 from actorq.learner.device import CudaInfo, resolve_device
+from actorq.learner.device_probe import LearnerRecipe
 from actorq.learner.update_path import setup_learner
 from actorq.models import MLPSpec
 from actorq.testing.batches import random_update_batches
@@ -24,13 +26,15 @@ def _batches(algo: str, obs: int, out: int, batch: int, n: int = 4) -> list[dict
     return random_update_batches(algo, obs, out, batch, n)
 
 
-def test_auto_puts_a_big_dqn_on_the_gpu() -> None:
+def test_auto_measures_both_devices_and_puts_a_big_dqn_on_the_gpu(one_torch_thread) -> None:
     cuda = CudaInfo.probe()
     assert cuda.count >= 1 and cuda.names
     config = load_algorithm_config("dqn", {}, batch_size=256)
-    big = resolve_device("auto", "dqn", MLPSpec(4, 2, (1024, 1024, 1024)), config)
-    small = resolve_device("auto", "dqn", MLPSpec(4, 2, (64, 64)), config)
-    assert (big.device, small.device) == ("cuda", "cpu")
+    big = resolve_device("auto", LearnerRecipe("dqn", MLPSpec(4, 2, (1024,) * 3), config))
+    assert big.device == "cuda", big.reason  # ~50 ms per update on one CPU thread
+    assert {"cpu/numpy-flat", "cpu/torch-eager"} <= set(big.timings), big.timings
+    assert any(key.startswith("cuda/") for key in big.timings), big.timings
+    assert big.timings[f"cuda/{big.update_path}"] == min(big.timings.values())
 
 
 @pytest.mark.parametrize("algo", ["dqn", "td3", "sac"])
