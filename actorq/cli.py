@@ -127,6 +127,13 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         help="replay sampling: uniform, or prioritized on a K-ary sum tree (ACTORQ_PER_* tune it)",
     )
     p.add_argument(
+        "--ingest",
+        default=None,
+        choices=["thread", "process"],
+        help="where the learner reads replay from Redis: a thread (default) or its own "
+        "process over shared memory, off the updates' GIL (ACTORQ_INGEST; BENCHMARKS 20b)",
+    )
+    p.add_argument(
         "--learners",
         type=int,
         default=d.learners,
@@ -304,6 +311,7 @@ def _run(args: argparse.Namespace) -> int:
         samples_per_insert=_samples_per_insert(args),
         learners=args.learners,
         replay=args.replay,
+        ingest=args.ingest or "",
         qat_bits=args.qat_bits,
         unroll=args.unroll,
         sparsity_actor=_or(args.sparsity_actor, args.sparsity),

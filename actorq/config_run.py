@@ -37,6 +37,7 @@ class RunSettings:
     samples_per_insert: float = 16.0
     learners: int = 1  # data-parallel learner processes (gradients all-reduced)
     replay: str = "uniform"  # uniform | prioritized
+    ingest: str = ""  # thread | process (the learner's ACTORQ_INGEST); "" = its own default
     qat_bits: int = 0  # > 0: train the policy network with fake quantization at 2..8 bits
     unroll: int = 64  # on-policy algorithms: steps per trajectory segment (T)
     sparsity_actor: float = 0.0  # > 0: RLx2 sparse training (actorq.sparse), actor share of 0s
@@ -51,6 +52,12 @@ class RunSettings:
         _check(
             self.replay in REPLAY_KINDS,
             f"--replay: expected one of {', '.join(REPLAY_KINDS)}, got {self.replay!r}",
+        )
+        _check(
+            self.ingest in ("", "thread", "process")
+            and not (self.ingest and self.algo in ON_POLICY),
+            f"--ingest: expected thread or process for an off-policy algorithm (on-policy "
+            f"learners read segments, not replay), got {self.ingest!r} with {self.algo}",
         )
         _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
         _check(

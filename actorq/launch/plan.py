@@ -129,6 +129,7 @@ def _learner(
         "ACTORQ_QUANTIZER_ADDR": qaddr,
         "ACTORQ_SAMPLES_PER_INSERT": str(settings.samples_per_insert),
         "ACTORQ_REPLAY": settings.replay,
+        **({"ACTORQ_INGEST": settings.ingest} if settings.ingest else {}),
         "ACTORQ_WORLD_SIZE": str(settings.learners),
         "ACTORQ_RANK": str(rank),
         "ACTORQ_DIST_ADDR": dist_addr,

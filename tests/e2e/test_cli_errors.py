@@ -50,6 +50,8 @@ def _run(
         (["--env-backend", "envpool", "--env", "minatar:breakout"], "use --env-backend gymnasium"),
         (["--env-backend", "envpool", "--algo", "ppo"], "need SAME_STEP autoreset"),
         (["--env-backend", "gym"], "invalid choice: 'gym'"),
+        (["--ingest", "fork"], "invalid choice: 'fork'"),
+        (["--algo", "ppo", "--ingest", "process"], "on-policy learners read segments"),
     ],
 )
 def test_bad_run_flags_fail_fast_with_one_line(tmp_path, flags: list[str], expected: str) -> None:
