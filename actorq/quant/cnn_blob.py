@@ -19,7 +19,7 @@ from torch import nn
 from actorq.models.cnn import ACT_MAX, CNNSpec
 from actorq.quant.arrays import PolicyArrays
 from actorq.quant.conv import make_int8_conv_stack
-from actorq.quant.int8 import DequantizedLinear, make_int8_linear
+from actorq.quant.int8 import dequantized_layer, int8_layer
 
 
 class ScaleInput(nn.Module):
@@ -54,12 +54,9 @@ def cnn_layers(arrays: PolicyArrays, spec: CNNSpec) -> list[nn.Module]:
     count = len(spec.hidden) + 1
     for j in range(count):
         weight, relu = arrays.tensors[f"head.{2 * j}.weight"], j < count - 1
-        bias = torch.from_numpy(arrays.float32(f"head.{2 * j}.bias"))
-        if weight.scales is not None:  # int8 / int4 codes
-            q, scales = _codes(weight.values, weight.scales)
-            layers.append(make_int8_linear(q, scales, bias, relu=relu))
-        else:
-            layers.append(DequantizedLinear(torch.from_numpy(weight.to_float32()), bias, relu))
+        bias = arrays.tensors[f"head.{2 * j}.bias"]
+        make = int8_layer if weight.scales is not None else dequantized_layer  # codes or floats
+        layers.append(make(weight, bias, relu))
     return layers
 
 

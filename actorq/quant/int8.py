@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from actorq.quant.tensors import TensorArrays
 
 REDUCE_RANGE_ENGINES = frozenset({"fbgemm", "x86"})
 """Engines whose int8 GEMM can saturate 16-bit sums without VNNI; they need 7-bit inputs."""
@@ -125,3 +129,22 @@ class DequantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.addmm(self.bias, x, self.weight_t)
         return y.relu_() if self.relu else y
+
+
+def int8_layer(weight: TensorArrays, bias: TensorArrays, relu: bool) -> nn.Module:
+    """The int8 kernel for one decoded int8/int4 weight (codes + scales) and fp32 bias."""
+    if weight.scales is None:
+        raise ValueError("int8_layer needs a quantized weight (codes and scales)")
+    return make_int8_linear(
+        torch.from_numpy(weight.values),
+        torch.from_numpy(weight.scales),
+        torch.from_numpy(bias.to_float32()),
+        relu=relu,
+    )
+
+
+def dequantized_layer(weight: TensorArrays, bias: TensorArrays, relu: bool) -> DequantizedLinear:
+    """An fp32 layer over a decoded weight's dequantized values (or its float ones)."""
+    return DequantizedLinear(
+        torch.from_numpy(weight.to_float32()), torch.from_numpy(bias.to_float32()), relu
+    )

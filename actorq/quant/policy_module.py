@@ -28,7 +28,7 @@ from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_na
 from actorq.quant.arrays import PolicyArrays, policy_arrays
 from actorq.quant.blob import decode_blob, encode_policy
 from actorq.quant.cnn_blob import cnn_layers
-from actorq.quant.int8 import DequantizedLinear, make_int8_linear
+from actorq.quant.int8 import dequantized_layer, int8_layer
 from actorq.quant.precision import parse_precision, precision_name
 from actorq.quant.tensors import TensorArrays
 from actorq.v1 import policy_pb2
@@ -101,7 +101,7 @@ def build_policy_module(policy: PolicyArrays | policy_pb2.Policy) -> PolicyModul
         if quantized and i > 0:
             layers.append(int8_layer(weight, bias, relu=hidden))
         elif quantized:  # int8 / int4 first layer: fp32 activations (see the module docstring)
-            layers.append(_dequantized_layer(weight, bias, relu=hidden))
+            layers.append(dequantized_layer(weight, bias, relu=hidden))
         else:
             layers.append(_float_layer(weight, bias))
             if hidden:
@@ -112,24 +112,6 @@ def build_policy_module(policy: PolicyArrays | policy_pb2.Policy) -> PolicyModul
 
 
 _NORM_NAMES = (INPUT_SHIFT, INPUT_SCALE)
-
-
-def int8_layer(weight: TensorArrays, bias: TensorArrays, relu: bool) -> nn.Module:
-    """The int8 kernel for one decoded int8/int4 weight (codes + scales) and fp32 bias."""
-    if weight.scales is None:
-        raise ValueError("int8_layer needs a quantized weight (codes and scales)")
-    return make_int8_linear(
-        torch.from_numpy(weight.values),
-        torch.from_numpy(weight.scales),
-        torch.from_numpy(bias.to_float32()),
-        relu=relu,
-    )
-
-
-def _dequantized_layer(weight: TensorArrays, bias: TensorArrays, relu: bool) -> DequantizedLinear:
-    return DequantizedLinear(
-        torch.from_numpy(weight.to_float32()), torch.from_numpy(bias.to_float32()), relu
-    )
 
 
 def _float_layer(weight: TensorArrays, bias: TensorArrays) -> nn.Linear:

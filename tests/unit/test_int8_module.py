@@ -21,7 +21,7 @@ from actorq.quant import (
     quantized_policy_from_weights,
     weights_from_module,
 )
-from actorq.quant.policy_module import DequantizedLinear
+from actorq.quant.int8 import DequantizedLinear
 from actorq.quant.tensors import decode_tensor
 from actorq.v1 import policy_pb2
 
