@@ -23,6 +23,10 @@ _ADD_PARAM_GROUP = getattr(
     torch.optim.Optimizer.add_param_group, "__wrapped__", torch.optim.Optimizer.add_param_group
 )
 
+# The same for Adam.step's _use_grad wrapper (its first call imports torch._dynamo, 2-3 s
+# of a learner's start-up under load): `FastAdam.step` already runs under no_grad.
+_ADAM_STEP = getattr(torch.optim.Adam.step, "__wrapped__", torch.optim.Adam.step)
+
 
 class FastAdam(torch.optim.Adam):
     """Adam (fused kernel, no amsgrad, no weight decay) with a cached step."""
@@ -53,7 +57,7 @@ class FastAdam(torch.optim.Adam):
     def step(self, closure=None):  # type: ignore[no-untyped-def, override]
         cache = self._cache
         if closure is not None or cache is None or not cache.usable(self):
-            loss = super().step(closure)
+            loss = _ADAM_STEP(self, closure)
             self._cache = _AdamLists.build(self)
             return loss
         group = self.param_groups[0]

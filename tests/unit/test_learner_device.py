@@ -4,7 +4,6 @@ in, choice out, and a real measurement on this machine's CPU."""
 
 from __future__ import annotations
 
-import importlib
 import time
 
 import numpy as np
@@ -118,9 +117,6 @@ def test_auto_measures_compiled_only_when_named() -> None:
 
 # --- a real measurement on this CPU ------------------------------------------------------
 def test_measurement_times_every_cpu_path_dqn_offers_within_its_budget(one_torch_thread) -> None:
-    # A process's first torch optimizer step imports torch._dynamo (~0.5 s, more on a busy
-    # machine): a one-off of the process, not part of the measurement's budget.
-    importlib.import_module("torch._dynamo")
     started = time.perf_counter()
     measured = measure(_recipe(batch_size=128), ["cpu"])
     elapsed = time.perf_counter() - started

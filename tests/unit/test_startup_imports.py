@@ -29,3 +29,15 @@ def test_fast_adam_construction_does_not_import_dynamo() -> None:
     )
     assert "torch" in loaded  # the probe did run
     assert "torch._dynamo" not in loaded
+
+
+def test_fast_adam_first_step_does_not_import_dynamo() -> None:
+    # Adam.step's wrapper imports torch._dynamo on its first call: 2-3 s of the learner's
+    # start-up under load, where `auto` times a torch-eager update (device_probe).
+    loaded = _modules_after(
+        "import torch\nfrom actorq.algos.optim import FastAdam\n"
+        "p = torch.nn.Parameter(torch.ones(3)); opt = FastAdam([p], lr=0.1)\n"
+        "p.grad = torch.ones(3); opt.step(); opt.step()\n"
+        "assert torch.allclose(p.detach(), torch.full((3,), 0.8))"
+    )
+    assert "torch._dynamo" not in loaded
