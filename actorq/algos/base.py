@@ -190,6 +190,24 @@ class Learner:
         """Every optimizer `step` descends with, in a fixed order."""
         raise NotImplementedError
 
+    state_attrs: tuple[str, ...] = ()  # networks and optimizers a checkpoint keeps, by name
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
+        state = {name: getattr(self, name).state_dict() for name in self.state_attrs}
+        state["num_updates"] = self._num_updates
+        rms = getattr(self, "obs_rms", None)
+        return state if rms is None else {**state, "obs_rms": rms.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` saved, so the next update matches the saved learner's."""
+        rms = getattr(self, "obs_rms", None)
+        if rms is not None and "obs_rms" in state:
+            rms.load_state_dict(state["obs_rms"])
+        for name in self.state_attrs:
+            getattr(self, name).load_state_dict(state[name])
+        self._num_updates = int(state["num_updates"])
+
     def prime_optimizer(self) -> None:
         """Create every optimizer's state with a zero-gradient step (parameters unchanged),
         so data-parallel ranks hold the same tensors for rank 0's state to overwrite."""

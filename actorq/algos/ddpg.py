@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -79,6 +78,7 @@ class DDPGLearner(Learner):
     """Owns actor, critic(s), their targets and optimizers; one `update` per batch."""
 
     num_critics = 1
+    state_attrs = ("actor", "critics", "actor_target", "critics_target", "actor_opt", "critic_opt")
 
     def __init__(
         self,
@@ -187,27 +187,3 @@ class DDPGLearner(Learner):
         """fp32 weights of the actor network only (matching `policy_spec`); with obs_norm,
         plus the input normalisation tensors, so actors feed raw observations."""
         return with_input_norm(fp32_weights(self.actor), self.obs_rms)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
-        return {
-            "actor": self.actor.state_dict(),
-            "critics": self.critics.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critics_target": self.critics_target.state_dict(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "num_updates": self._num_updates,
-            **({"obs_rms": self.obs_rms.state_dict()} if self.obs_rms is not None else {}),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.obs_rms is not None and "obs_rms" in state:
-            self.obs_rms.load_state_dict(state["obs_rms"])
-        self.actor.load_state_dict(state["actor"])
-        self.critics.load_state_dict(state["critics"])
-        self.actor_target.load_state_dict(state["actor_target"])
-        self.critics_target.load_state_dict(state["critics_target"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self._num_updates = int(state["num_updates"])

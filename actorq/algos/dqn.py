@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -111,6 +110,7 @@ class DQNLearner(Learner):
 
     step_keys = (*BATCH_KEYS, "steps", "weights")
     step_names = ("loss", "q_mean", "grad_norm")
+    state_attrs = ("online", "target", "optimizer")
 
     def __init__(
         self,
@@ -254,23 +254,6 @@ class DQNLearner(Learner):
         state = {name: torch.from_numpy(np.asarray(w)) for name, w in weights.items()}
         self.online.load_state_dict(state)
         self.target.load_state_dict(state)
-
-    @torch.no_grad()
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
-        return {
-            "online": self.online.state_dict(),
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "num_updates": self._num_updates,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what `state_dict` saved, so the next update matches the saved learner's."""
-        self.online.load_state_dict(state["online"])
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self._num_updates = int(state["num_updates"])
 
     def _to_tensors(self, batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
         require_keys(batch, BATCH_KEYS)

@@ -104,6 +104,8 @@ class OnPolicyUpdate:
 class OnPolicyLearner(Learner):
     """fp32 policy (broadcast) and value networks, one Adam, one `update` per batch."""
 
+    state_attrs = ("policy", "value", "optimizer")
+
     def __init__(
         self,
         obs_dim: int,
@@ -247,20 +249,8 @@ class OnPolicyLearner(Learner):
         return fp32_weights(self.policy)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.state_dict(),
-            "value": self.value.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "num_updates": self._num_updates,
-            # `actorq ptq` evaluates "online": the network actors run.
-            "online": self.policy.state_dict(),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.value.load_state_dict(state["value"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self._num_updates = int(state["num_updates"])
+        # `actorq ptq` evaluates "online": the network actors run.
+        return {**super().state_dict(), "online": self.policy.state_dict()}
 
 
 def clipped_surrogate_loss(ratio: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
