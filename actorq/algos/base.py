@@ -190,11 +190,11 @@ class Learner:
         """Every optimizer `step` descends with, in a fixed order."""
         raise NotImplementedError
 
-    state_attrs: tuple[str, ...] = ()  # networks and optimizers a checkpoint keeps, by name
+    state_attrs: tuple[str, ...] = ()  # networks, optimizers, tensors a checkpoint keeps
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume; only tensors and plain numbers (torch.load-safe)."""
-        state = {name: getattr(self, name).state_dict() for name in self.state_attrs}
+        state = {name: _saved(getattr(self, name)) for name in self.state_attrs}
         state["num_updates"] = self._num_updates
         rms = getattr(self, "obs_rms", None)
         return state if rms is None else {**state, "obs_rms": rms.state_dict()}
@@ -205,7 +205,12 @@ class Learner:
         if rms is not None and "obs_rms" in state:
             rms.load_state_dict(state["obs_rms"])
         for name in self.state_attrs:
-            getattr(self, name).load_state_dict(state[name])
+            obj = getattr(self, name)
+            if isinstance(obj, torch.Tensor):
+                with torch.no_grad():
+                    obj.copy_(state[name])
+            else:
+                obj.load_state_dict(state[name])
         self._num_updates = int(state["num_updates"])
 
     def prime_optimizer(self) -> None:
@@ -249,6 +254,10 @@ class Learner:
         out = self.step(x, self.step_flag(n), descend)
         self._num_updates = n
         return out
+
+
+def _saved(obj: Any) -> Any:
+    return obj.detach().clone() if isinstance(obj, torch.Tensor) else obj.state_dict()
 
 
 def continuous_result(out: Mapping[str, torch.Tensor]) -> ContinuousUpdate:

@@ -16,7 +16,6 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -95,6 +94,10 @@ def squashed_gaussian_log_prob(
 
 
 class SACLearner(Learner):
+    state_attrs = (
+        "actor", "critics", "critics_target", "log_alpha", "actor_opt", "critic_opt", "alpha_opt"
+    )  # fmt: skip
+
     def __init__(
         self,
         obs_dim: int,
@@ -208,29 +211,3 @@ class SACLearner(Learner):
             key = f"{last}.{suffix}"
             weights[key] = np.ascontiguousarray(weights[key][: self.act_dim])
         return with_input_norm(weights, self.obs_rms)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "actor": self.actor.state_dict(),
-            "critics": self.critics.state_dict(),
-            "critics_target": self.critics_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(),
-            "num_updates": self._num_updates,
-            **({"obs_rms": self.obs_rms.state_dict()} if self.obs_rms is not None else {}),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if self.obs_rms is not None and "obs_rms" in state:
-            self.obs_rms.load_state_dict(state["obs_rms"])
-        self.actor.load_state_dict(state["actor"])
-        self.critics.load_state_dict(state["critics"])
-        self.critics_target.load_state_dict(state["critics_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
-        self._num_updates = int(state["num_updates"])
