@@ -19,12 +19,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import warnings
 
 import torch
 from torch import nn
 
-from actorq.quant.int8 import _SKIP_TORCH_FUNCTION
+from actorq.quant.int8 import _SKIP_TORCH_FUNCTION, quiet_deprecation
 
 MIN_ACT_MAX = 1e-3
 """Floor of a layer's activation range (an untrained layer's estimate may be 0)."""
@@ -35,14 +34,6 @@ DEFAULT_CONV_ENGINE = "x86"
 overrides it). A packed conv keeps its engine's kernel whatever the global engine is
 later, so the convs and the int8 Linear head (always packed under the global engine,
 fbgemm/x86) can each use the faster kernel; BENCHMARKS.md 15c compares them."""
-
-
-def _quiet():
-    """torch marks quantized tensor creation as deprecated; silenced here only."""
-    context = warnings.catch_warnings()
-    context.__enter__()
-    warnings.filterwarnings("ignore", message=".*deprecated")
-    return context
 
 
 class Int8ConvStack(nn.Module):
@@ -58,16 +49,13 @@ class Int8ConvStack(nn.Module):
         self._op = getattr(overload, "_op", overload)  # see actorq.quant.int8._direct_overload
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        context = _quiet()
-        try:
+        with quiet_deprecation():
             real = obs.float() * self.input_scale if self.input_scale != 1.0 else obs.float()
             x = torch.quantize_per_tensor(real, self.in_scale, 0, torch.quint8)
             with _SKIP_TORCH_FUNCTION():
                 for packed, scale in zip(self._packed, self.out_scales, strict=True):
                     x = self._op(x, packed, scale, 0)
             return x.dequantize()
-        finally:
-            context.__exit__(None, None, None)
 
     def extra_repr(self) -> str:
         return f"convs={len(self._packed)}, input_scale={self.input_scale}, engine={self.engine}"
@@ -129,13 +117,10 @@ def _pack(q_weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | Non
         raise ValueError(f"bias must have shape ({out},), got {tuple(bias.shape)}")
     if stride < 1:
         raise ValueError(f"stride must be >= 1, got {stride}")
-    context = _quiet()
-    try:
+    with quiet_deprecation():
         qweight = torch._make_per_channel_quantized_tensor(
             q_weight.contiguous(), scales.to(torch.float64), torch.zeros(out, dtype=torch.int64), 0
         )
         return torch.ops.quantized.conv2d_prepack(
             qweight, None if bias is None else bias.float(), [stride, stride], [0, 0], [1, 1], 1
         )
-    finally:
-        context.__exit__(None, None, None)

@@ -8,8 +8,9 @@ quantization), runs an int8 GEMM against the pre-packed weights and returns floa
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,6 +28,15 @@ REDUCE_RANGE_ENGINES = frozenset({"fbgemm", "x86"})
 # torch-function dispatch skips the probe; the inputs are plain tensors, so nothing else
 # changes. (The same context is what Tensor.__torch_function__ uses internally.)
 _SKIP_TORCH_FUNCTION = torch._C.DisableTorchFunctionSubclass
+
+
+@contextlib.contextmanager
+def quiet_deprecation() -> Iterator[None]:
+    """torch marks quantized tensor creation as deprecated: silenced around the project's
+    int8 kernels (here and in actorq.quant.conv) and nowhere else."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecat")
+        yield
 
 
 def _direct_overload(packet: torch._ops.OpOverloadPacket) -> Callable[..., torch.Tensor]:
@@ -80,10 +90,7 @@ def make_int8_linear(
     """Int8 Linear, W = scales[:, None] * q_weight (int8 [out, in]); `relu` fuses a ReLU."""
     _check_int8_args(q_weight, scales, bias)
     out_features, in_features = q_weight.shape
-    with warnings.catch_warnings():
-        # torch.ao marks quantized tensor creation as deprecated; this is the one place
-        # the project uses it, so the warning is silenced here only.
-        warnings.filterwarnings("ignore", message=".*deprecat")
+    with quiet_deprecation():
         from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
         qweight = torch._make_per_channel_quantized_tensor(
