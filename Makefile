@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service bench-learner-service gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -139,6 +139,12 @@ gpu-check:  ## on a GPU machine, no network: learner, scaling, end-to-end tables
 
 gpu-throughput:  ## on a 16-core (GPU) machine, no network: one actor vs its env, 14 actors through actorq run (issue 30), ~4 min
 	./bench/gpu_check.sh --stages env,throughput $(ARGS)
+
+gpu-service:  ## on a GPU machine: the learner service fed by an actor vs its update alone, DQN/TD3/SAC x cpu,cuda x ACTORQ_INGEST thread,process (issue 41), ~5 min
+	./bench/gpu_check.sh --stages env,service $(ARGS)
+
+bench-learner-service: $(STAMP)  ## the learner service fed by one actor vs its update alone: updates/s, ratio, where the time goes (BENCHMARKS.md 20; ARGS="--algos dqn --ingest thread,process")
+	$(PY) bench/bench_learner_service.py $(ARGS)
 
 deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
 	./scripts/check_deploy.sh

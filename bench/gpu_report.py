@@ -67,6 +67,17 @@ class Plan:
     # fast path does at M = 8 on a quiet core); 0 = stop on time, as the full plan does.
     run_env_steps: int = 0
     bench_args: tuple[str, ...] = ("--quick",)
+    # bench_learner_service: the service fed by an actor vs its update alone, per ingest
+    service_args: tuple[str, ...] = (
+        "--algos",
+        "dqn,td3,sac",
+        "--seconds",
+        "10",
+        "--startup",
+        "12",
+        "--ingest",
+        "thread,process",
+    )
     # throughput: bench_throughput.py's raw/actor phases, then (actors, M, spi) runs
     ratio_m: tuple[int, ...] = (32, 128)
     ratio_rounds: int = 2
@@ -84,7 +95,7 @@ class Plan:
     # budget (bench/gpu_check.sh: 8 minutes with the wheel install and start-up).
     timeouts: dict[str, float] = field(default_factory=lambda: {
         "env": 15, "throughput": 230, "cases": 45, "scaling": 150, "e2e": 120, "learner": 55,
-        "pytest": 50,
+        "pytest": 50, "service": 300,
     })  # fmt: skip
 
     @classmethod
@@ -98,11 +109,12 @@ class Plan:
             e2e_arms=(("gpu", "1", "fp32"), ("cpu", "4", "int8")),
             e2e_hidden="64,64", e2e_actors=1, case_seconds=0.2, run_env_steps=500_000,
             bench_args=("--rounds", "1", "--updates", "3"),
+            service_args=("--algos", "dqn", "--seconds", "3", "--startup", "10"),
             ratio_m=(8,), ratio_rounds=1, ratio_seconds=1.0,
             throughput_arms=((1, 8, 0.125),), throughput_skip=0.0,
             pytest_paths=("tests/unit/test_learner_device_gpu.py",),
             timeouts={"env": 30, "throughput": 150, "cases": 60, "scaling": 150, "e2e": 150,
-                      "learner": 240, "pytest": 60},
+                      "learner": 240, "pytest": 60, "service": 120},
         )  # fmt: skip
 
 
@@ -310,13 +322,26 @@ def stage_pytest(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> 
     stage.status = "ok" if code in (0, 5) else ("timeout" if code is None else "failed")
 
 
+def stage_service(stage: Stage, args: argparse.Namespace, deadline: Deadline) -> None:
+    """bench_learner_service.py: the learner service fed by a real actor against its
+    update alone, per algorithm, device and ACTORQ_INGEST mode (issue 41)."""
+    devices = "cpu" if args.cpu_only else "cpu,cuda"
+    cmd = [PY, str(ROOT / "bench" / "bench_learner_service.py"), *args.plan.service_args,
+           "--devices", devices]  # fmt: skip
+    code, out = run_cmd(cmd, min(stage.timeout, deadline.left()))
+    stage.data = {"code": code, "command": shlex.join(cmd[1:]), "out": tables.tail(out, 4000)}
+    stage.status = "ok" if code == 0 else ("timeout" if code is None else "failed")
+
+
 STAGES = {
     "env": stage_env, "throughput": stage_throughput, "cases": stage_cases,
     "scaling": stage_scaling, "e2e": stage_e2e, "learner": stage_learner, "pytest": stage_pytest,
+    "service": stage_service,
 }  # fmt: skip
-# Issue 29's stages fill the 8-minute default; issue 30's throughput stage (~3 min) runs
-# when asked for (`make gpu-throughput`, or --stages).
-DEFAULT_STAGES = [name for name in STAGES if name != "throughput"]
+# Issue 29's stages fill the 8-minute default; issue 30's throughput stage (~3 min) and
+# issue 41's service stage (~5 min) run when asked for (`make gpu-throughput`,
+# `make gpu-service`, or --stages).
+DEFAULT_STAGES = [name for name in STAGES if name not in ("throughput", "service")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -282,6 +282,12 @@ def pytest_section(data: dict) -> list[str]:
     return [f"`{data['command']}` (exit {data['code']}):", "", "```", data["out"], "```"]
 
 
+def service_section(data: dict) -> list[str]:
+    if not data:
+        return []
+    return [f"`{data['command']}` (exit {data['code']}):", "", *render_bench_output(data["out"])]
+
+
 SECTIONS = {
     "env": ("Machine", lambda s: env_section(s.data)),
     "throughput": (
@@ -293,6 +299,10 @@ SECTIONS = {
     "e2e": ("3. End to end: DQN 1024^3, 0.125 samples/insert", lambda s: e2e_section(s.data)),
     "learner": ("4. bench_learner.py, cpu and cuda", learner_section),
     "pytest": ("5. The gpu-marked tests", lambda s: pytest_section(s.data)),
+    "service": (
+        "6. The learner service against its update alone",
+        lambda s: service_section(s.data),
+    ),
 }
 
 

@@ -51,7 +51,7 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
     text = report.read_text()
     stages = json.loads(report.with_suffix(".json").read_text())
     assert {name: s["status"] for name, s in stages.items()} == dict.fromkeys(
-        ("env", "throughput", "cases", "scaling", "e2e", "learner", "pytest"), "ok"
+        ("env", "throughput", "cases", "scaling", "e2e", "learner", "pytest", "service"), "ok"
     )
     assert f"- PYTHONPATH: `{tmp_path / 'site'}:{ROOT}" in text  # wheels first, then checkout
     for title in (
@@ -62,6 +62,7 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
         "## 3. End to end",
         "## 4. bench_learner.py",
         "## 5. The gpu-marked tests",
+        "## 6. The learner service against its update alone",
     ):
         assert title in text  # fmt: skip
     # every table filled with measured rows
@@ -83,4 +84,7 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
     assert "not measured (no GPU learner in this check)" in text  # never an estimate
     assert "| fast / torch |" in text or "| device |" in text  # bench_learner's own table
     assert "skipped" in stages["pytest"]["data"]["out"]  # gpu tests skip, saying why
+    # the learner service against its update alone (issue 41): its table and ratio line
+    assert "| dqn | cpu | numpy-flat | thread |" in text
+    assert "service/alone min" in stages["service"]["data"]["out"]
     assert "gpu check: exit 0" in result.stdout
