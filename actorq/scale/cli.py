@@ -7,10 +7,12 @@ from pathlib import Path
 
 from actorq.scale.grid import (
     DEFAULTS,
+    LAUNCHERS,
     SMOKE,
     SMOKE_RUN_ARGS,
     GridConfig,
     check_budget,
+    check_launcher,
     check_run_args,
     parse_actors,
     parse_precisions,
@@ -57,6 +59,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="end each run once it reaches the target (--no-stop-at-target: run the budget)",
     )
     p.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="processes",
+        help="processes: each cell one `actorq run`; compose: each cell one `docker compose up "
+        "--scale actor=N` of the local-image stack (a Docker engine and `make image`)",
+    )
+    p.add_argument(
         "--smoke",
         action="store_true",
         help=f"a few minutes: actors {SMOKE['actors']} x {SMOKE['precisions']} on "
@@ -80,6 +89,8 @@ def build_config(args: argparse.Namespace) -> GridConfig:
         return base[name] if value is None else value
 
     run_args = check_run_args(list(args.run_args))
+    # --smoke's run flags go first, so flags after `--` still win; compose takes none.
+    smoke_args = SMOKE_RUN_ARGS if args.smoke and args.launcher == "processes" else ()
     config = GridConfig(
         actors=parse_actors(pick("actors")),
         precisions=parse_precisions(pick("precisions")),
@@ -91,10 +102,10 @@ def build_config(args: argparse.Namespace) -> GridConfig:
         max_seconds=float(pick("max_seconds")),
         max_env_steps=args.max_env_steps,
         stop_at_target=args.stop_at_target,
-        # --smoke's run flags go first, so flags after `--` still win.
-        run_args=(*SMOKE_RUN_ARGS, *run_args) if args.smoke else run_args,
+        run_args=(*smoke_args, *run_args),
+        launcher=args.launcher,
     )
-    return check_budget(config)
+    return check_launcher(check_budget(config))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,12 +113,16 @@ def run(args: argparse.Namespace) -> int:
     from actorq.scale.runner import close_session, open_state, run_grid
 
     config = build_config(args)
+    if config.launcher == "compose":
+        from actorq.scale.compose_runner import find_tools
+
+        find_tools()  # no engine, no Compose or no images: exit 2 before anything is written
     out = Path(args.out)
     state = open_state(out, config, config.command(out))
     runs = config.plan()
     print(
-        f"actorq scale: {len(runs)} runs of {config.algo} on {config.env}, target "
-        f"{config.target_return:g}, into {out}",
+        f"actorq scale: {len(runs)} runs of {config.algo} on {config.env} ({config.launcher}), "
+        f"target {config.target_return:g}, into {out}",
         flush=True,
     )
     code, tally = run_grid(out, config, state)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from actorq.config import ALGORITHMS, PRECISIONS, ConfigError
 
+LAUNCHERS = ("processes", "compose")
+
 # Flags the grid sets on every run: passing them after `--` would silently change an arm.
 GRID_FLAGS = (
     "--actors", "--precision", "--samples-per-insert", "--seed", "--run-dir", "--env",
@@ -62,6 +64,7 @@ class GridConfig:
     max_env_steps: int | None
     stop_at_target: bool = True  # each run ends once its evaluator reaches the target
     run_args: tuple[str, ...] = ()  # passed through to every `actorq run`
+    launcher: str = "processes"  # or "compose": each cell a `docker compose up --scale` stack
 
     def plan(self) -> list[ScaleRun]:
         """Seed by seed, then actor counts and ratios, with the precision order rotated
@@ -99,6 +102,8 @@ class GridConfig:
             parts += ["--max-env-steps", str(self.max_env_steps)]
         if not self.stop_at_target:
             parts.append("--no-stop-at-target")
+        if self.launcher != "processes":
+            parts += ["--launcher", self.launcher]
         if self.run_args:
             parts += ["--", *self.run_args]
         return shlex.join(parts)
@@ -194,6 +199,26 @@ def resolve_target(env: str, given: float | None) -> float:
             "runs are timed to, e.g. --target-return 30"
         )
     return float(threshold)
+
+
+def check_launcher(config: GridConfig) -> GridConfig:
+    """The compose stack runs DQN and takes its settings from ACTORQ_* variables only."""
+    if config.launcher not in LAUNCHERS:
+        raise ConfigError(f"--launcher {config.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if config.launcher != "compose":
+        return config
+    if config.algo != "dqn":
+        raise ConfigError(
+            f"--algo {config.algo} with --launcher compose: the compose stack's learner and "
+            "actors run DQN only; use --launcher processes for other algorithms"
+        )
+    if config.run_args:
+        raise ConfigError(
+            f"{' '.join(config.run_args)!r} after '--' with --launcher compose: those are "
+            "`actorq run` flags; the compose stack takes its settings from the environment's "
+            "variables, as docker-compose.yml names them (docs/scale.md)"
+        )
+    return config
 
 
 def check_budget(config: GridConfig) -> GridConfig:

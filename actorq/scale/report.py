@@ -13,7 +13,7 @@ from actorq.scale.results import ROLES
 from actorq.study.analysis import fmt
 
 RUN_COLUMNS = [
-    "actors", "precision", "samples_per_insert", "seed", "status",
+    "actors", "precision", "samples_per_insert", "seed", "status", "launcher",
     "env_steps_per_s", "updates_per_s", "seconds_to_target", "env_steps_to_target",
     "best_return", "final_return", "target_return", "wall_seconds", "env_steps",
     "learner_updates", "stop_reason", *(f"cpu_{role}_s" for role in ROLES), "cpu_total_s",
@@ -33,7 +33,8 @@ def run_record(row: RunRow, config: GridConfig, state: dict) -> dict:
     record: dict[str, object] = {
         "actors": r.actors, "precision": r.precision,
         "samples_per_insert": f"{r.samples_per_insert:g}", "seed": r.seed,
-        "status": row.status, "target_return": f"{config.target_return:g}",
+        "status": row.status, "launcher": config.launcher,
+        "target_return": f"{config.target_return:g}",
         "cpu_model": m.get("cpu_model"), "cpu_flags": " ".join(m.get("cpu_flags", [])),
         "cores": m.get("cores"), "git_describe": _git_describe(r.name, state),
         "error": row.error, "folder": str(row.folder),
@@ -90,6 +91,14 @@ def write_report(out: Path, config: GridConfig, state: dict) -> Path:
     return path
 
 
+_LAUNCHED = {
+    "processes": "processes: each run is one `actorq run` (embedded Redis, services as processes).",
+    "compose": "compose: each run is one `docker compose up -d --scale actor=N` of the "
+    "local-image stack, measured through its Prometheus container and Redis episodes "
+    "stream, then `down -v`.",
+}
+
+
 def _load(values: list[float] | None) -> str:
     return "/".join(f"{v:.2f}" for v in values) if values else "-"
 
@@ -101,6 +110,8 @@ def _header(config: GridConfig, state: dict, rows: list[RunRow]) -> list[str]:
     }
     lines = [
         f"# actorq scale: {config.algo.upper()} on {config.env}, actors x precision x replay ratio",
+        "",
+        f"**Launcher:** {_LAUNCHED[config.launcher]}",
         "",
         f"**Machine:** {m.get('cpu_model')}; flags {', '.join(m.get('cpu_flags', [])) or '-'}; "
         f"{m.get('cores')} cores. Every run of this report ran on it (`actorq scale` refuses "
@@ -141,9 +152,15 @@ def _header(config: GridConfig, state: dict, rows: list[RunRow]) -> list[str]:
 
 
 def _example(config: GridConfig) -> str:
-    """The first planned run's `actorq run` line; the others differ in the grid's flags."""
+    """The first planned run's `actorq run` (or `docker compose`) line; the others differ
+    in the grid's flags."""
     first = config.plan()[0]
-    cmd = config.run_command(first, Path("DIR") / "runs" / first.name)
+    folder = Path("DIR") / "runs" / first.name
+    if config.launcher == "compose":
+        from actorq.scale.compose_runner import compose_line
+
+        return compose_line(first, config.env, folder)
+    cmd = config.run_command(first, folder)
     return " ".join(["python", *cmd[1:]])
 
 
@@ -223,14 +240,21 @@ def _failed_section(rows: list[RunRow]) -> list[str]:
 
 
 def _reading_notes(config: GridConfig) -> list[str]:
+    compose = config.launcher == "compose"
+    polls = (
+        "polls of the stack's Prometheus container (counters up to one 5 s scrape old)"
+        if compose
+        else "progress polls"
+    )
+    start = "just before `docker compose up -d`" if compose else "the launcher's start"
     return [
         "## How the figures are measured",
         "",
-        "- env steps/s and updates/s: steady rates from each run's metrics.jsonl, from the "
-        "first progress poll with learner updates to the last (start-up and warm-up left "
+        f"- env steps/s and updates/s: steady rates from each run's metrics.jsonl ({polls}), "
+        "from the first poll with learner updates to the last (start-up and warm-up left "
         "out).",
-        "- s to target: the run's own clock (episodes.csv `wall_seconds`, from the launcher's "
-        "start) at the first evaluator episode where the mean of the last 100 evaluator "
+        "- s to target: the run's own clock (episodes.csv `wall_seconds`, from "
+        f"{start}) at the first evaluator episode where the mean of the last 100 evaluator "
         "episodes reaches the target.",
         "- best return: the best 100-episode evaluator mean of the run (the mean of all its "
         "evaluator episodes if it had fewer than 100).",

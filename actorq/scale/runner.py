@@ -43,7 +43,7 @@ def git_describe() -> str:
 
 def _grid_key(config: GridConfig) -> dict:
     """What every run of one report must share; the grid's lists may grow on resume."""
-    return {
+    key = {
         "env": config.env,
         "algo": config.algo,
         "target_return": config.target_return,
@@ -52,6 +52,9 @@ def _grid_key(config: GridConfig) -> dict:
         "stop_at_target": config.stop_at_target,
         "run_args": list(config.run_args),
     }
+    if config.launcher != "processes":  # absent for processes: older folders still resume
+        key["launcher"] = config.launcher
+    return key
 
 
 def _same_machine(saved: dict, now: dict) -> bool:
@@ -104,7 +107,12 @@ class Tally:
 
 
 def execute(run: ScaleRun, config: GridConfig, out: Path) -> int:
-    """One `actorq run`, its output in runs/<name>.log; an unfinished folder starts over."""
+    """One `actorq run` (or compose stack), its output in runs/<name>.log; an unfinished
+    folder starts over."""
+    if config.launcher == "compose":
+        from actorq.scale.compose_runner import execute_compose
+
+        return execute_compose(run, config, out)
     folder = run.folder(out)
     if folder.exists():
         shutil.rmtree(folder)
