@@ -35,7 +35,7 @@ from actorq.redis_keys import RedisKeys
 from actorq.redis_server import find_free_port
 from actorq.scale.compose_watch import StackWatch, write_run_folder
 from actorq.scale.grid import GridConfig, ScaleRun
-from actorq.testing.compose import COMPOSE_FILES, ROOT, ComposeStack
+from actorq.testing.compose import COMPOSE_FILES, ROOT, ComposeError, ComposeStack
 
 SERVICES = ("redis", "quantizer", "learner", "actor", "evaluator", "prometheus")  # no Grafana
 POLL_SECONDS = 5.0  # the stack's Prometheus scrapes every 5 s
@@ -63,8 +63,8 @@ class CellFailed(RuntimeError):
     """The cell's stack did not run or was not torn down; the message says which."""
 
 
-class ComposeFailed(CellFailed, AssertionError):
-    """A compose command exited non-zero. Also an AssertionError, what ComposeStack's
+class ComposeFailed(CellFailed, ComposeError):
+    """A compose command exited non-zero. Also a ComposeError, what ComposeStack's
     commands raise, so its teardown still falls back to removal by label."""
 
 
@@ -357,7 +357,7 @@ class ComposeCell:
 CELL_ERRORS = (
     ConfigError,
     CellFailed,
-    AssertionError,
+    ComposeError,
     OSError,
     subprocess.SubprocessError,
     redis.RedisError,

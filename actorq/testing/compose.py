@@ -28,6 +28,10 @@ def compose_binary() -> str:
     return os.path.join(os.path.dirname(compose.__file__), "docker-compose")
 
 
+class ComposeError(RuntimeError):
+    """A compose or docker command failed, or a wait for the stack timed out."""
+
+
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 2.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -35,7 +39,7 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: flo
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise ComposeError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class ComposeStack:
@@ -62,14 +66,14 @@ class ComposeStack:
             [*cmd, *args], capture_output=True, text=True, env=self.env, timeout=timeout
         )
         if proc.returncode != 0:
-            raise AssertionError(f"compose {' '.join(args)} exited {proc.returncode}:\n"
+            raise ComposeError(f"compose {' '.join(args)} exited {proc.returncode}:\n"
                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")  # fmt: skip
         return proc.stdout
 
     def docker_cli(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run([self.docker, *args], capture_output=True, text=True, timeout=120)
         if check and proc.returncode != 0:
-            raise AssertionError(f"docker {' '.join(args)}: {proc.stderr}")
+            raise ComposeError(f"docker {' '.join(args)}: {proc.stderr}")
         return proc.stdout
 
     def container_ids(self, service: str | None = None, all_states: bool = False) -> list[str]:
@@ -161,13 +165,13 @@ class ComposeStack:
 
     def wait_healthy(self, expected_actors: int, timeout: float) -> float:
         """Seconds until `expected_actors` actors and every actorq service are healthy;
-        on timeout an AssertionError that says where each service stands."""
+        on timeout a ComposeError that says where each service stands."""
         started = time.monotonic()
         try:
             what = f"{expected_actors} actors and every actorq service healthy"
             wait_for(lambda: self.all_healthy(expected_actors), timeout, what, every=5)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; containers by service:\n{self.health_report()}") from None
+        except ComposeError as exc:
+            raise ComposeError(f"{exc}; containers by service:\n{self.health_report()}") from None
         return time.monotonic() - started
 
     # --- teardown ----------------------------------------------------------------------
@@ -186,11 +190,11 @@ class ComposeStack:
         if log_path is not None:
             try:
                 log_path.write_text(self.compose("logs", "--no-color", timeout=120))
-            except (AssertionError, subprocess.TimeoutExpired, OSError) as exc:
+            except (ComposeError, subprocess.TimeoutExpired, OSError) as exc:
                 print(f"compose teardown: no logs ({exc})")
         try:
             self.compose("down", "-v", "--remove-orphans", "--timeout", "60", timeout=300)
-        except (AssertionError, subprocess.TimeoutExpired) as exc:
+        except (ComposeError, subprocess.TimeoutExpired) as exc:
             print(f"compose teardown: `down -v` failed ({str(exc)[:500]}); removing project "
                   f"{self.project}'s objects by label com.docker.compose.project")  # fmt: skip
         left = self.objects()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from actorq.redis_server import find_free_port
-from actorq.testing.compose import ComposeStack, wait_for
+from actorq.testing.compose import ComposeError, ComposeStack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.compose, pytest.mark.timeout(900)]
 
@@ -33,7 +33,7 @@ def test_failed_readiness_wait_reports_and_leaves_nothing(
                          find_free_port())  # fmt: skip
     try:
         stack.compose("up", "-d", "--scale", "actor=1", "redis", "quantizer", "actor")
-        with pytest.raises(AssertionError) as failed:
+        with pytest.raises(ComposeError) as failed:
             stack.wait_healthy(expected_actors=1, timeout=1)
         message = str(failed.value)
         print(message)
