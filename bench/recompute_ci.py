@@ -74,24 +74,30 @@ def section_text(text: str, section: str) -> str:
 
 
 def sparse_finals(body: str, tables: list[int] | None) -> dict[float, list[float]]:
-    """sparsity -> final int8 returns, from tables headed `| sparsity | seed | ...`."""
+    """sparsity -> final int8 returns, from tables headed `| sparsity | seed | ...` (a row
+    per run) or `| sparsity | seeds | final int8 per seed | ...` (a row per sparsity, the
+    runs' values comma-separated)."""
     finals: dict[float, list[float]] = {}
-    index, column = -1, None
+    index, column, per_seed = -1, None, False
     for line in body.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[:2] == ["sparsity", "seed"]:
-            index, column = index + 1, cells.index("final int8")
+        if cells[:2] in (["sparsity", "seed"], ["sparsity", "seeds"]):
+            per_seed = cells[1] == "seeds"
+            index = index + 1
+            column = cells.index("final int8 per seed" if per_seed else "final int8")
             continue
         if column is None or not line.startswith("| ") or cells[0].startswith("-"):
             continue
         if tables is not None and index not in tables:
             continue
         try:
-            sparsity, value = float(cells[0]), float(cells[column].replace(",", ""))
-        except ValueError:
+            sparsity = float(cells[0])
+            raw = cells[column].split(", ") if per_seed else [cells[column].replace(",", "")]
+            values = [float(v) for v in raw]
+        except (ValueError, IndexError):
             column = None  # another table ended this one
             continue
-        finals.setdefault(sparsity, []).append(value)
+        finals.setdefault(sparsity, []).extend(values)
     return finals
 
 
