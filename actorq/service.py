@@ -112,6 +112,9 @@ class ServiceRuntime:
         return True
 
 
+LOOP_CRASHED = "main loop crashed"  # the stop reason run_loop gives when its loop raised
+
+
 def run_loop(loop: Callable[[], None], runtime: ServiceRuntime, done_reason: str) -> None:
     """Thread body for a service's main loop: a crash is logged and stops the service."""
     inherit_torch_threads()
@@ -119,7 +122,7 @@ def run_loop(loop: Callable[[], None], runtime: ServiceRuntime, done_reason: str
         loop()
     except Exception:
         log.exception("%s: main loop crashed", runtime.name)
-        runtime.request_stop("main loop crashed")
+        runtime.request_stop(LOOP_CRASHED)
         raise
     runtime.request_stop(done_reason)
 

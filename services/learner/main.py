@@ -26,7 +26,14 @@ from actorq.redis_keys import RedisKeys
 from actorq.rpc import GrpcServer
 from actorq.rpc.control import StatusSnapshot, control_service
 from actorq.security.tls import TlsConfig, allowed_peers
-from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
+from actorq.service import (
+    LOOP_CRASHED,
+    ServiceRuntime,
+    connect_redis,
+    run_loop,
+    run_main,
+    setup_logging,
+)
 from actorq.sparse.config import SparseTrainingConfig
 
 log = logging.getLogger("actorq.learner")
@@ -178,7 +185,9 @@ def serve(
         learner.storage.total_added,
         learner.reader.rejected,
     )
-    return 0
+    # A crashed training loop (e.g. a dead ingest process) is a failure: exit non-zero so
+    # compose's restart: on-failure and Kubernetes restart the learner too.
+    return 1 if runtime.stop_reason == LOOP_CRASHED else 0
 
 
 def main() -> None:

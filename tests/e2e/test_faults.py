@@ -228,6 +228,32 @@ def test_killed_learner_resumes_from_its_checkpoint(cluster_factory) -> None:
     assert summary["policy_versions"] > version_before
 
 
+def test_killed_ingest_process_restarts_the_learner_and_loses_nothing(cluster_factory) -> None:
+    # ACTORQ_INGEST=process: the learner's ingest child dies; the learner must stop loudly
+    # (exit 1, not train on a mirror nobody fills), be restarted, and rebuild its replay.
+    c = cluster_factory("ingest-killed", {"ACTORQ_INGEST": "process"})
+    learner = int(c.pids()["learner"]["pid"])
+    children = Path(f"/proc/{learner}/task/{learner}/children").read_text().split()
+    ingest = next(
+        int(pid) for pid in children
+        if "actorq.learner.ingest_process" in Path(f"/proc/{pid}/cmdline").read_text()
+    )  # fmt: skip
+    os.kill(ingest, signal.SIGKILL)
+    c.wait_restarted("learner", learner)
+    wait_for(lambda: c.status("learner") is not None, "the new learner to answer", proc=c.proc)
+    log_path = c.run_dir / "logs" / "learner.log"
+    started = re.compile(r"ingest process \d+ started")
+    wait_for(
+        lambda: len(started.findall(log_path.read_text())) == 2,
+        "the new learner's ingest process", proc=c.proc,
+    )  # fmt: skip
+    log = log_path.read_text()
+    assert "the ingest process exited with status -9 while the learner ran" in log
+    c.assert_nothing_acknowledged_lost()
+    summary = c.finish()
+    assert summary["restarts"] == {"learner": 1}
+
+
 def test_actors_keep_acting_while_the_quantizer_is_down(cluster_factory) -> None:
     c = cluster_factory("quantizer-killed")
     version_before = c.version()
