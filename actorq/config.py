@@ -253,6 +253,10 @@ class LearnerSettings(CommonSettings):
     # and update path, timed at start-up on the learner's own updates (docs/gpu-learner.md)
     device: str = "cpu"
     update_path: str = "auto"  # auto | numpy-flat | torch-eager | cuda-graph | compiled
+    # Device-resident replay (actorq.learner.device_feed): k >= 1 keeps a copy of the replay
+    # on the update's device and runs k updates per call on batches sampled there (one
+    # graph replay on cuda-graph); needs a captured path and uniform replay. 0 = off.
+    device_replay_k: int = 0
     torch_threads: int = 1
     replay: str = "uniform"  # sampler: uniform | prioritized (K-ary sum tree, lazy writing)
     # Where Redis -> replay ingest runs: thread (in the learner) or process (its own process
@@ -306,6 +310,10 @@ class LearnerSettings(CommonSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.gap_every >= 0, f"gap_every: expected >= 0, got {self.gap_every}")
+        _check(
+            0 <= self.device_replay_k <= 64,
+            f"device_replay_k: expected 0 (off) to 64 updates per call, got {self.device_replay_k}",
+        )
         _check(self.noise_sigma >= 0, f"noise_sigma: expected >= 0, got {self.noise_sigma}")
         _check(
             self.settle_episodes >= 1,

@@ -16,6 +16,9 @@ waits for actors (wait share high) or spends its time elsewhere (ingest, samplin
 bookkeeping: CPU of the learner process above what its updates need). `--ingest
 thread,process` runs the service once per ACTORQ_INGEST mode after each alone arm (the
 learner's CPU then includes its ingest process, which it waits for at exit).
+`--device-replay-k 0,8` likewise runs the service once per ACTORQ_DEVICE_REPLAY_K (8:
+the replay mirrored on the update's device, 8 device-sampled updates per call; needs a
+captured `--update-path`, e.g. torch-eager on the CPU, cuda-graph on a GPU).
 
     .venv/bin/python bench/bench_learner_service.py --algos dqn --devices cpu --seconds 20
 
@@ -44,7 +47,7 @@ CASES = {  # algo -> (env, hidden, obs_dim, outputs) as the service runs it
 }
 
 
-def alone_worker(algo: str, device: str, seconds: float) -> dict:
+def alone_worker(algo: str, device: str, seconds: float, path: str = "auto") -> dict:
     """Updates/s of the algorithm's update alone, on the path the service would run."""
     import torch
 
@@ -57,7 +60,7 @@ def alone_worker(algo: str, device: str, seconds: float) -> dict:
     _env, hidden, obs, out = CASES[algo]
     config = load_algorithm_config(algo, {})
     learner = make_algorithm(algo, obs, out, hidden, config, device=device)
-    info = setup_learner(learner, device, "auto")
+    info = setup_learner(learner, device, path)
     batches = random_update_batches(algo, obs, out, config.batch_size, seed=0)
     runner = captured_runner(learner)
 
@@ -82,15 +85,20 @@ def alone_worker(algo: str, device: str, seconds: float) -> dict:
     return {"updates_per_s": done / elapsed, "path": info.update_path, "batch": config.batch_size}
 
 
-def _alone(algo: str, device: str, seconds: float) -> dict:
+def _alone(algo: str, device: str, seconds: float, path: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", algo, "--devices", device]
-    cmd += ["--seconds", str(seconds)]
+    cmd += ["--seconds", str(seconds), "--update-path", path]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _service(
-    algo: str, device: str, args: argparse.Namespace, run_dir: Path, ingest: str = "thread"
+    algo: str,
+    device: str,
+    args: argparse.Namespace,
+    run_dir: Path,
+    ingest: str = "thread",
+    ring_k: str = "0",
 ) -> dict:
     env, hidden, _obs, _out = CASES[algo]
     cmd = [sys.executable, "-m", "actorq", "run", "--algo", algo, "--env", env]
@@ -98,7 +106,8 @@ def _service(
     cmd += ["--samples-per-insert", str(args.samples_per_insert), "--learner-device", device]
     cmd += ["--target-return", "none", "--max-seconds", str(args.seconds + args.startup)]
     cmd += ["--run-dir", str(run_dir)]
-    env = os.environ | {"ACTORQ_INGEST": ingest}
+    env = os.environ | {"ACTORQ_INGEST": ingest, "ACTORQ_DEVICE_REPLAY_K": ring_k}
+    env |= {"ACTORQ_UPDATE_PATH": args.update_path}
     subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800, env=env)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     learning = [r for r in rows if r.get("learner_updates", 0) > 0]
@@ -147,10 +156,15 @@ def main() -> None:
     p.add_argument("--samples-per-insert", type=float, default=16.0)
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
     p.add_argument("--ingest", default="thread", help="ACTORQ_INGEST arms: thread,process")
+    p.add_argument(
+        "--device-replay-k", default="0",
+        help="ACTORQ_DEVICE_REPLAY_K arms, e.g. 0,8 (needs a captured --update-path)",
+    )  # fmt: skip
+    p.add_argument("--update-path", default="auto", help="ACTORQ_UPDATE_PATH of both arms")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(alone_worker(args.worker, args.devices, args.seconds)))
+        print(json.dumps(alone_worker(args.worker, args.devices, args.seconds, args.update_path)))
         return
     algos = args.algos.split(",")
     for algo in algos:
@@ -158,23 +172,29 @@ def main() -> None:
             raise SystemExit(f"--algos: {algo!r} is not one of {sorted(CASES)}")
     print(f"# learner service vs update alone; {_cpu_line()}")
     print(f"# {args.actors} actor(s), samples per insert {args.samples_per_insert:g}")
-    print("| algo | device | path | ingest | alone upd/s | service upd/s | service/alone "
-          "| env steps/s | learner wait | learner sample | learner CPU/wall |")  # fmt: skip
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| algo | device | path | ingest | ring k | alone upd/s | service upd/s "
+          "| service/alone | env steps/s | learner wait | learner sample "
+          "| learner CPU/wall |")  # fmt: skip
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
     with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
         for rnd in range(args.rounds):
             for algo in algos:
                 for device in args.devices.split(","):
-                    alone = _alone(algo, device, args.seconds)
-                    for ingest in args.ingest.split(","):
-                        run_dir = Path(tmp) / f"{algo}-{device}-{ingest}-{rnd}"
-                        svc = _service(algo, device, args, run_dir, ingest)
+                    alone = _alone(algo, device, args.seconds, args.update_path)
+                    arms = [
+                        (ingest, k)
+                        for ingest in args.ingest.split(",")
+                        for k in args.device_replay_k.split(",")
+                    ]
+                    for ingest, k in arms:
+                        run_dir = Path(tmp) / f"{algo}-{device}-{ingest}-{k}-{rnd}"
+                        svc = _service(algo, device, args, run_dir, ingest, k)
                         ratio = svc["updates_per_s"] / alone["updates_per_s"]
                         ratios.append(ratio)
                         cpu = svc["cpu"].get("learner", 0.0) / max(svc["wall"], 1e-9)
                         print(
-                            f"| {algo} | {device} | {svc['path']} | {ingest} "
+                            f"| {algo} | {device} | {svc['path']} | {ingest} | {k} "
                             f"| {alone['updates_per_s']:,.0f} "
                             f"| {svc['updates_per_s']:,.0f} | {ratio:.2f} "
                             f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "

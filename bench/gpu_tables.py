@@ -285,7 +285,12 @@ def pytest_section(data: dict) -> list[str]:
 def service_section(data: dict) -> list[str]:
     if not data:
         return []
-    return [f"`{data['command']}` (exit {data['code']}):", "", *render_bench_output(data["out"])]
+    out = [f"`{data['command']}` (exit {data['code']}):", "", *render_bench_output(data["out"])]
+    ring = data.get("ring")
+    if ring:  # ACTORQ_DEVICE_REPLAY_K arms: the replay mirrored on the update's device
+        out += ["", f"`{ring['command']}` (exit {ring['code']}):", "",
+                *render_bench_output(ring["out"])]  # fmt: skip
+    return out
 
 
 SECTIONS = {

@@ -112,8 +112,14 @@ class DeviceReplay:
     COLUMNS = ("obs", "action", "reward", "next_obs", "done")
 
     def __init__(
-        self, capacity: int, example: Mapping[str, np.ndarray], device: torch.device
+        self,
+        capacity: int,
+        example: Mapping[str, np.ndarray],
+        device: torch.device,
+        columns: Sequence[str] = COLUMNS,
     ) -> None:
+        """`columns`: COLUMNS, plus "steps" where rows carry n-step lengths (the service's
+        replay does); a column absent here is all ones in the sampled batches."""
         if capacity < 1:
             raise ValueError(f"DeviceReplay capacity must be >= 1, got {capacity}")
         self.capacity, self.device = capacity, device
@@ -123,7 +129,7 @@ class DeviceReplay:
                 dtype=_dtype_of(key, example[key]),
                 device=device,
             )
-            for key in self.COLUMNS
+            for key in columns
         }
         self.size, self._next = 0, 0
         self.size_t = torch.zeros((), dtype=torch.float32, device=device)  # read in graphs
@@ -158,5 +164,5 @@ class DeviceReplay:
             target = feeder.inputs[key]
             target.copy_(column.index_select(0, index).view_as(target))
         for key in _ONES:
-            if key in feeder.inputs:
+            if key in feeder.inputs and key not in self.columns:
                 feeder.inputs[key].fill_(1.0)

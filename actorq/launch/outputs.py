@@ -87,6 +87,9 @@ class Summary:
     # ms per update of each "device/path" the learner measured at start-up (None: not
     # measured: one candidate, parallel learners, or an older learner).
     learner_device_timings: dict[str, float] | None = None
+    # Device-resident replay (ACTORQ_DEVICE_REPLAY_K): "k=4, N rows on cuda:0", why it is
+    # off after a failed allocation; None when not asked for.
+    learner_device_replay: str | None = None
 
 
 def _clean(value: Any) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 import redis
 
 from actorq.algos.factory import load_algorithm_config, policy_spec
-from actorq.config import RunSettings, redact_url
+from actorq.config import ConfigError, RunSettings, redact_url
 from actorq.energy import EnergyMeter, PowerModel
 from actorq.envs import check_backend
 from actorq.launch.budget import what_ends
@@ -70,13 +70,29 @@ class _StopFlag:
 
 
 def _check_learner_device(settings: RunSettings) -> None:
-    """--learner-device cuda without a usable GPU: exit 2 before anything starts (the
-    learner would refuse it too, but only after Redis and the services were up). `auto`
-    is left to the learner, which decides where it runs."""
+    """--learner-device cuda without a usable GPU, or --learners above the GPUs (NCCL
+    takes one per rank) or the cores (each rank keeps one busy) there: exit 2 before
+    anything starts (the learner would refuse a missing GPU too, but only after Redis and
+    the services were up). `auto` is left to the learner, which decides where it runs;
+    several learners stay on the CPU under `auto`."""
     if settings.learner_device.startswith("cuda"):
         from actorq.learner.device import CudaInfo, check_available
 
-        check_available(settings.learner_device, CudaInfo.probe())
+        cuda = CudaInfo.probe()
+        check_available(settings.learner_device, cuda)
+        if settings.learners > cuda.count:
+            raise ConfigError(
+                f"--learners {settings.learners} on --learner-device "
+                f"{settings.learner_device}: this machine has {cuda.count} GPU(s), one per "
+                f"learner; expected --learners <= {cuda.count}"
+            )
+        return
+    cores = len(os.sched_getaffinity(0))
+    if settings.learners > cores:
+        raise ConfigError(
+            f"--learners {settings.learners}: this machine gives the run {cores} CPU "
+            f"core(s) and each learner keeps one busy; expected --learners <= {cores}"
+        )
 
 
 def run(settings: RunSettings, zygote: Zygote | None = None) -> int:

@@ -211,7 +211,8 @@ class Learner:
         return bool(self.s.max_updates) and self.counters.updates >= self.s.max_updates
 
     def _can_sample(self, group_inserted: int) -> bool:
-        return self.limiter.can_sample(group_inserted, self.group_sampled, self.group_batch)
+        batches = self.group_batch * self.update_step.k  # k per call on a device feed
+        return self.limiter.can_sample(group_inserted, self.group_sampled, batches)
 
     @property
     def group_sampled(self) -> int:
@@ -237,21 +238,21 @@ class Learner:
     def _update(self) -> None:
         self.update_step(self.publisher.version if self.publisher is not None else None)
         if self.settling is not None and self.settling.settled_at is not None:
-            self.counters.credited += self.settling.credit
+            self.counters.credited += self.settling.credit * self.update_step.k
 
     def _periodic(self) -> None:
         if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group
             return
-        updates = self.counters.updates
+        updates, due = self.counters.updates, self.update_step.passed  # k updates a call
         if self.settling is not None:
             self.settling.poll(updates)
-        if updates % self.s.publish_every == 0:
+        if due(self.s.publish_every):
             snapshot = self._snapshot()
             if self.settling is None or self.settling.admits(snapshot.weights):
                 self.publisher.submit(snapshot)
-        if updates % 10 == 0:
+        if due(10):
             self.report.request(updates)
-        if self.checkpointer is not None and updates % self.s.checkpoint_every == 0:
+        if self.checkpointer is not None and due(self.s.checkpoint_every):
             self.checkpoint()
 
     def _snapshot(self) -> Snapshot:

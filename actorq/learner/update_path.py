@@ -111,10 +111,15 @@ class LearnerInfo:
     reason: str = ""
     timings: Mapping[str, float] = field(default_factory=dict)
     """ms per update of each candidate measured at start-up, "device/path" -> ms."""
+    device_replay: str = ""
+    """Device-resident replay (actorq.learner.device_feed): "k=4, N rows on cuda:0", why
+    it is off after a failed allocation, or "" when not asked for."""
 
     def line(self) -> str:
         """For the start-up log line."""
         line = f"device {self.device}, update path {self.update_path}, dtype {self.dtype}"
+        if self.device_replay:
+            line += f", device replay {self.device_replay}"
         return f"{line}, measured {format_timings(self.timings)}" if self.timings else line
 
     def announce(self, client: redis.Redis | None, keys: RedisKeys | None) -> None:
@@ -158,8 +163,9 @@ def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, 
         return {}
     if not isinstance(record, dict):
         return {}
+    names = ("device", "update_path", "dtype", "device_replay")
     info: dict[str, Any] = {
-        f"learner_{k}": str(record[k]) for k in ("device", "update_path", "dtype") if k in record
+        f"learner_{k}": str(record[k]) for k in names if record.get(k, "") != ""
     }
     timings = _timings(record.get("timings"))
     if timings:

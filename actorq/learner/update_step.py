@@ -13,6 +13,7 @@ from actorq import metrics
 from actorq.algos.capture import captured_runner
 from actorq.learner.captured import LaggedSubmit
 from actorq.learner.counters import LearnerCounters
+from actorq.learner.device_feed import DeviceFeed
 from actorq.replay import ReplayStorage
 
 METRICS_EVERY = 10  # updates between Prometheus writes (a scrape sees at most this stale)
@@ -38,9 +39,23 @@ class UpdateStep:
         self.rlx2, self.correction, self.behaviour = rlx2, correction, behaviour
         self._submit_captured = LaggedSubmit()  # a captured path: priorities one update late
         self._flushed_updates = 0  # updates already counted in the Prometheus counters
+        self.feed: DeviceFeed | None = None
+        self.k = 1  # updates per call
+
+    def use_feed(self, feed: DeviceFeed) -> None:
+        """Sample on the device from now on, `feed.k` updates per call."""
+        self.feed, self.k = feed, feed.k
+
+    def passed(self, every: int) -> bool:
+        """Whether the last call's updates passed a multiple of `every` (0 = never)."""
+        return crossed(self.counters.updates - self.k, self.k, every)
 
     def __call__(self, newest_version: int | None) -> None:
-        """One update; `newest_version` is the newest published one (None off rank 0)."""
+        """One update (k with a device feed); `newest_version` is the newest published
+        one (None off rank 0)."""
+        if self.feed is not None:
+            self._device_sampled(self.feed, newest_version)
+            return
         started = time.perf_counter()
         sample = self.sampler.sample(self.storage, self.batch_size, self.rng)
         if self.rlx2 is not None:
@@ -69,6 +84,31 @@ class UpdateStep:
         if self.counters.updates % METRICS_EVERY == 0:
             self.flush_metrics(batch, newest_version)
 
+    def _device_sampled(self, feed: DeviceFeed, newest_version: int | None) -> None:
+        """k updates on batches the device draws from its ring; a host sample only when
+        the behaviour gap or the sample lag is due."""
+        started = time.perf_counter()
+        feed.catch_up()
+        self.counters.sample_seconds += time.perf_counter() - started
+        before, k = self.counters.updates, self.k
+        host_batch = None
+        gap_due = self.behaviour is not None and crossed(before, k, self.behaviour.every)
+        if gap_due or crossed(before, k, METRICS_EVERY):
+            sample = self.sampler.sample(self.storage, self.batch_size, self.rng)
+            host_batch = self.storage.get(sample.indices)
+        if gap_due:
+            self.behaviour.measure(host_batch, newest_version)
+        reported = feed.run()
+        if self.rlx2 is not None:  # dense: FLOPs accounting only (sparse RLx2 is refused)
+            for _ in range(k):
+                self.rlx2.after_update()
+        if reported is not None:
+            self._report_loss(*reported)
+        self.counters.updates += k
+        self.counters.sampled += k * self.batch_size
+        if crossed(before, k, METRICS_EVERY):
+            self.flush_metrics(host_batch, newest_version)
+
     def flush_metrics(self, batch: Any = None, newest_version: int | None = None) -> None:
         """Prometheus counters and the sample lag, every METRICS_EVERY updates: per update
         they cost a few microseconds of a ~200 us update, under the GIL ingest shares."""
@@ -84,3 +124,9 @@ class UpdateStep:
         self.counters.last_loss = loss
         metrics.LEARNER_LOSS.set(loss)
         metrics.LEARNER_Q_MEAN.set(q_mean)
+
+
+def crossed(before: int, k: int, every: int) -> bool:
+    """Whether counting from `before` to `before + k` passes a multiple of `every`
+    (0 = never): what `updates % every == 0` means when updates come k at a time."""
+    return every > 0 and (before + k) // every > before // every

@@ -7,6 +7,7 @@ ACTORQ_DQN_* for actorq.algos.dqn.DQNConfig, ACTORQ_TD3_* for actorq.algos.td3.T
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -16,8 +17,9 @@ import torch
 from actorq import metrics
 from actorq.algos.factory import is_on_policy, load_algorithm_config, policy_spec
 from actorq.allocator import retain_freed_memory
-from actorq.config import LearnerSettings, load_settings
+from actorq.config import ConfigError, LearnerSettings, load_settings
 from actorq.learner.device import DeviceChoice, resolve_settings_device
+from actorq.learner.device_feed import attach_device_feed
 from actorq.learner.distributed import DistConfig, init_group, leave_group
 from actorq.learner.loop import Learner
 from actorq.learner.publisher import learner_publisher
@@ -133,6 +135,8 @@ def serve(
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime, rlx2)
     info = setup_learner(learner.algo, settings.device, settings.update_path, choice)
+    device_replay = attach_device_feed(learner, settings.device_replay_k)
+    info = dataclasses.replace(info, device_replay=device_replay)
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
@@ -197,6 +201,13 @@ def main() -> None:
         dqn = load_algorithm_config(settings.algo)
         if is_on_policy(settings.algo):  # trajectory segments, no replay
             from actorq.learner.onpolicy_service import serve_onpolicy
+
+            if settings.device_replay_k:
+                raise ConfigError(
+                    f"device_replay_k (ACTORQ_DEVICE_REPLAY_K) {settings.device_replay_k}: "
+                    f"{settings.algo} learns from trajectory segments, it has no replay; "
+                    "expected 0"
+                )
 
             return serve_onpolicy(settings, dqn, resolve_settings_device(settings, dqn))
         rlx2 = load_settings(SparseTrainingConfig)  # ACTORQ_SPARSITY_* and the rest of RLx2

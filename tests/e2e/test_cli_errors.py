@@ -146,3 +146,16 @@ def test_learner_with_bad_sparse_setting_exits_2(env: dict[str, str], expected: 
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_more_learners_than_cores_fail_fast_naming_both(tmp_path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    if cores >= 16:
+        pytest.skip(f"{cores} cores: --learners stops at 16, so it cannot exceed them here")
+    flags = ["--learners", str(cores + 1)]
+    result = _run(["-m", "actorq", "run", "--run-dir", str(tmp_path / "run"), *flags])
+    assert result.returncode == 2, result.stderr
+    assert f"--learners {cores + 1}: this machine gives the run {cores} CPU core(s)" in (
+        result.stderr
+    )
+    assert not (tmp_path / "run").exists()  # nothing started
