@@ -33,6 +33,7 @@ from actorq import metrics
 from actorq.algos.capture import apply_update_path, available_update_paths, current_update_path
 from actorq.config import ConfigError
 from actorq.learner.device import format_timings
+from actorq.learner.distributed import tensors_in
 from actorq.redis_keys import RedisKeys
 
 if TYPE_CHECKING:
@@ -79,26 +80,9 @@ def set_update_path(algo: Any, requested: str, device: str) -> str:
 def learner_dtype(algo: Any) -> str:
     """dtype of the learner's trained weights, e.g. "float32" (first floating tensor of
     its state_dict; "unknown" when it has none)."""
-    found = _first_float(algo.state_dict())
+    tensors = tensors_in(algo.state_dict())
+    found = next((t.dtype for t in tensors if t.is_floating_point()), None)
     return str(found).removeprefix("torch.") if found is not None else "unknown"
-
-
-def _first_float(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        for item in value.values():
-            found = _first_float(item)
-            if found is not None:
-                return found
-        return None
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            found = _first_float(item)
-            if found is not None:
-                return found
-        return None
-    dtype = getattr(value, "dtype", None)
-    is_float = getattr(value, "is_floating_point", None)
-    return dtype if callable(is_float) and is_float() else None
 
 
 @dataclass(frozen=True)
