@@ -25,19 +25,17 @@ from actorq.algos.dqn import DQNConfig
 from actorq.algos.factory import config_prefix, is_continuous, make_algorithm
 from actorq.config import ConfigError, LearnerSettings
 from actorq.learner.behaviour import BehaviourMonitor, nstep_correction
-from actorq.learner.checkpoint import Checkpointer, checkpoint_meta
+from actorq.learner.checkpoint import Checkpointer
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.distributed import (
     DistConfig,
     GradientAverager,
     StepAgreement,
-    broadcast_ints,
-    broadcast_tensors,
-    tensors_in,
 )
 from actorq.learner.ingest_process import make_ingest, make_shared_replay
 from actorq.learner.progress_report import ProgressReport
 from actorq.learner.publisher import Snapshot, WeightsPublisher
+from actorq.learner.resume import resume, save_checkpoint, sync_from_primary
 from actorq.learner.rlx2 import RLx2Learning
 from actorq.learner.sampling import make_sampler
 from actorq.learner.settle import Settling
@@ -132,42 +130,14 @@ class Learner:
         """Resume from the checkpoint (if any) and rebuild the replay mirror from Redis."""
         state = self.checkpointer.load() if self.checkpointer is not None else None
         if state is not None:
-            self._resume(state)
+            resume(self, state)
         if self.dist.enabled:
-            self._sync_from_primary()
+            sync_from_primary(self)
         rebuilt = self.reader.rebuild()
         metrics.LEARNER_REPLAY_INSERTED.inc(rebuilt)
         log.info("replay mirror rebuilt from Redis: %d transitions", rebuilt)
         if state is not None and self.rlx2 is not None and "rlx2" in state:
             self.rlx2.restore_capacity(state["rlx2"])  # the rebuilt mirror keeps its capacity
-
-    def _resume(self, state: dict[str, Any]) -> None:
-        self.algo.load_state_dict(state["dqn"])  # the key checkpoints have always used
-        if self.rlx2 is not None and "rlx2" in state:
-            self.rlx2.load_sparse_state(state["rlx2"])
-        self.counters.updates = int(state["updates"])
-        self.counters.sampled = int(state["sampled"])
-        self.counters.credited = int(state.get("credited", 0))
-        if self.settling is not None:
-            self.settling.restore(state)
-        assert self.publisher is not None and self.checkpointer is not None  # rank 0 only
-        self.publisher.version = max(self.publisher.version, int(state["version"]))
-        log.info(
-            "resumed from %s at update %d, version %d",
-            self.checkpointer.path, self.counters.updates, int(state["version"]),
-        )  # fmt: skip
-
-    def _sync_from_primary(self) -> None:
-        """Every rank starts from rank 0's weights, optimizer state and counters."""
-        self.algo.prime_optimizer()
-        broadcast_tensors(list(tensors_in(self.algo.state_dict())))
-        updates, sampled, num_updates = broadcast_ints(
-            [self.counters.updates, self.counters.sampled, self.algo.num_updates],
-            device=self.s.device,
-        )
-        self.counters.updates, self.counters.sampled = updates, sampled
-        self.algo.load_counters(num_updates)
-        log.info("rank %d synced with rank 0 at update %d", self.dist.rank, updates)
 
     @property
     def version(self) -> int:
@@ -260,26 +230,9 @@ class Learner:
 
     # --- shutdown ---------------------------------------------------------------------
     def checkpoint(self) -> None:
-        if self.checkpointer is None or self.publisher is None:
-            return
-        state = {
-            "dqn": self.algo.state_dict(),
-            "updates": self.counters.updates,
-            "sampled": self.counters.sampled,
-            "credited": self.counters.credited,
-            "version": self.publisher.version,
-            **(self.settling.state() if self.settling is not None else {}),
-            **({"rlx2": self.rlx2.state_dict()} if self.rlx2 is not None else {}),
-        }
-        meta = checkpoint_meta(
-            self.s, self.spec, self.cfg, self.counters.updates, self.publisher.version
-        )
-        if self.rlx2 is not None:
-            meta["rlx2"] = self.rlx2.status()
-        path = self.checkpointer.save(state, meta)
-        self.counters.checkpoints += 1
-        metrics.LEARNER_CHECKPOINTS.inc()
-        log.info("checkpoint at update %d -> %s", self.counters.updates, path)
+        """Save the checkpoint (rank 0; a no-op elsewhere or without a checkpoint dir)."""
+        if self.checkpointer is not None and self.publisher is not None:
+            save_checkpoint(self, self.checkpointer, self.publisher.version)
 
     def finish(self) -> None:
         """Stop ingesting (after reading what Redis already holds), publish the final
