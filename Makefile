@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service bench-learner-service gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service bench-learner-service gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -94,6 +94,9 @@ scale: $(STAMP)  ## actorq scale: 1,2,4 actors x fp32,int8 x 3 seeds to CartPole
 
 bench-learner: $(STAMP)  ## learner updates/s per algorithm and size, torch path vs fast path, vs the FLOP floor (BENCHMARKS.md 12; ARGS=--quick)
 	$(PY) bench/bench_learner.py $(ARGS)
+
+bench-learner-trees: $(STAMP)  ## every algorithm's update and every CPU path, an old tree's package vs this one, alternated (BENCHMARKS.md 25; OLD=2f1ef4c)
+	$(PY) bench/compare_learner_trees.py $(or $(OLD),2f1ef4c) $(ARGS)
 
 bench-ingest: $(STAMP)  ## learner ingest alone: XREAD + unpack + replay insert, bulk vs plain path, Redis CPU per 1M transitions (BENCHMARKS.md "Learner ingest"; ARGS=--old-python OLD_TREE/.venv/bin/python)
 	$(PY) bench/bench_ingest.py $(ARGS)
