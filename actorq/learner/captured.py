@@ -25,7 +25,13 @@ class LaggedSubmit:
         self.pending_sample = sample
         if td is not None and previous is not None:
             sampler.update_priorities(previous.indices, td, previous.generations)
-        if runner.pending < runner.slots:
-            return None
-        last = runner.drain()[-1]
-        return last.loss, last.q_mean
+        return losses_when_full(runner)
+
+
+def losses_when_full(runner: CapturedUpdate) -> tuple[float, float] | None:
+    """Once the runner's readback slots are full, read them back (one host sync) and return
+    the last update's (loss, q_mean); None before."""
+    if runner.pending < runner.slots:
+        return None
+    last = runner.drain()[-1]
+    return last.loss, last.q_mean

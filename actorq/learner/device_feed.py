@@ -30,6 +30,7 @@ import torch
 from actorq.algos.capture import CapturedUpdate, current_update_path
 from actorq.algos.feed import DeviceReplay
 from actorq.config import ConfigError
+from actorq.learner.captured import losses_when_full
 from actorq.replay import ReplayStorage
 from actorq.replay.storage import column_layout
 
@@ -75,17 +76,14 @@ class DeviceFeed:
         """k updates on device-sampled batches; (loss, q_mean) of the last update each
         time the readback slots fill (one host sync per READBACK_UPDATES), else None."""
         self.runner.submit_sampled()
-        if self.runner.pending < self.runner.slots:
-            return None
-        last = self.runner.drain()[-1]
-        return last.loss, last.q_mean
+        return losses_when_full(self.runner)
 
 
 def check_device_replay(k: int, learner: Any) -> None:
     """ConfigError naming what rules device replay out for this learner (k >= 1)."""
     s, path = learner.s, current_update_path(learner.algo)
     reasons = []
-    if path not in ("torch-eager", "cuda-graph", "compiled"):
+    if path == "numpy-flat":  # the other paths run the captured step
         reasons.append(f"a captured update path (torch-eager, cuda-graph or compiled), not {path}")
     if s.replay != "uniform" or s.settle_terminal_share > 0:
         reasons.append("uniform replay (ACTORQ_REPLAY=uniform, settle_terminal_share 0)")
