@@ -255,7 +255,8 @@ class LearnerSettings(CommonSettings):
     update_path: str = "auto"  # auto | numpy-flat | torch-eager | cuda-graph | compiled
     # Device-resident replay (actorq.learner.device_feed): k >= 1 keeps a copy of the replay
     # on the update's device and runs k updates per call on batches sampled there (one
-    # graph replay on cuda-graph); needs a captured path and uniform replay. 0 = off.
+    # graph replay on cuda-graph); needs a captured path; with ACTORQ_REPLAY=prioritized
+    # the priorities live on the device too. 0 = off.
     device_replay_k: int = 0
     torch_threads: int = 1
     replay: str = "uniform"  # sampler: uniform | prioritized (K-ary sum tree, lazy writing)

@@ -19,6 +19,8 @@ learner's CPU then includes its ingest process, which it waits for at exit).
 `--device-replay-k 0,8` likewise runs the service once per ACTORQ_DEVICE_REPLAY_K (8:
 the replay mirrored on the update's device, 8 device-sampled updates per call; needs a
 captured `--update-path`, e.g. torch-eager on the CPU, cuda-graph on a GPU).
+`--replay prioritized` runs every service arm on prioritized replay (on the ring: its
+priorities on the device); the alone arm is the same update either way.
 
     .venv/bin/python bench/bench_learner_service.py --algos dqn --devices cpu --seconds 20
 
@@ -105,7 +107,7 @@ def _service(
     cmd += ["--hidden", ",".join(map(str, hidden)), "--actors", str(args.actors)]
     cmd += ["--samples-per-insert", str(args.samples_per_insert), "--learner-device", device]
     cmd += ["--target-return", "none", "--max-seconds", str(args.seconds + args.startup)]
-    cmd += ["--run-dir", str(run_dir)]
+    cmd += ["--run-dir", str(run_dir), "--replay", args.replay]
     env = os.environ | {"ACTORQ_INGEST": ingest, "ACTORQ_DEVICE_REPLAY_K": ring_k}
     env |= {"ACTORQ_UPDATE_PATH": args.update_path}
     subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800, env=env)
@@ -161,6 +163,7 @@ def main() -> None:
         help="ACTORQ_DEVICE_REPLAY_K arms, e.g. 0,8 (needs a captured --update-path)",
     )  # fmt: skip
     p.add_argument("--update-path", default="auto", help="ACTORQ_UPDATE_PATH of both arms")
+    p.add_argument("--replay", default="uniform", choices=("uniform", "prioritized"))
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -171,7 +174,10 @@ def main() -> None:
         if algo not in CASES:
             raise SystemExit(f"--algos: {algo!r} is not one of {sorted(CASES)}")
     print(f"# learner service vs update alone; {_cpu_line()}")
-    print(f"# {args.actors} actor(s), samples per insert {args.samples_per_insert:g}")
+    print(
+        f"# {args.actors} actor(s), samples per insert {args.samples_per_insert:g}, "
+        f"{args.replay} replay"
+    )
     print("| algo | device | path | ingest | ring k | alone upd/s | service upd/s "
           "| service/alone | env steps/s | learner wait | learner sample "
           "| learner CPU/wall |")  # fmt: skip

@@ -222,6 +222,7 @@ class CapturedUpdate:
         }
         self._ensure_buffers(example)
         self.replay, self._replay_gen = replay, generator
+        self._call_rows = torch.arange(self.k, device=self.device)
 
     def submit_sampled(self) -> None:
         """k updates on batches drawn from the ring given to `use_replay`; no host sync."""
@@ -288,6 +289,10 @@ class CapturedUpdate:
             self.replay.sample_into(self.feeder, self._replay_gen)
         for i, flag in enumerate(flags):
             self.program.step(self.feeder.device_view(i), self.out, flag, i)
+        if sampling:  # this call's |TD errors|: the k rows the steps just wrote
+            assert self.replay is not None
+            rows = (self.out.slot - len(flags) + self._call_rows) % self.slots
+            self.replay.after_steps(self.out.td.index_select(0, rows))
 
     def _run(self, flags: tuple[bool, ...]) -> None:
         sampling = self._sampling
@@ -311,6 +316,8 @@ class CapturedUpdate:
     def _capture(self, flags: tuple[bool, ...], sampling: bool) -> Any:
         """Warm up on a side stream, undo the warm-up's updates, capture, replay once."""
         state = self.program.state_tensors() + (self.out.tensors() if self.out else [])
+        if sampling and self.replay is not None:
+            state += self.replay.state_tensors()  # priorities the warm-up rewrote
         saved = [t.detach().clone() for t in state]
         gens = self.program.generators()
         if sampling and self._replay_gen is not None:

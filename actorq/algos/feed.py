@@ -9,6 +9,10 @@ while the update runs. On CPU: a plain copy_.
 `sample_into` gathers straight into the static inputs. Its fill level is a device tensor
 (floor(rand * size), not randint(size), whose bound a capture would freeze), so a CUDA
 graph can sample and update K times per replay (CapturedUpdate.use_replay).
+`PrioritizedDeviceReplay` keeps proportional priorities beside the rows on the device
+(the host PrioritizedSampler's rule: stored (|td| + eps) ** alpha, new rows at the running
+max, stratified draws, weights (p_min / p) ** beta per batch) and writes a call's |TD
+errors| back inside the same call, so no priority crosses to the host.
 """
 
 from __future__ import annotations
@@ -134,8 +138,9 @@ class DeviceReplay:
         self.size, self._next = 0, 0
         self.size_t = torch.zeros((), dtype=torch.float32, device=device)  # read in graphs
 
-    def add(self, rows: Mapping[str, np.ndarray]) -> None:
-        """Append transitions (each column [n, ...]); the oldest are overwritten when full."""
+    def add(self, rows: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """Append transitions (each column [n, ...]); the oldest are overwritten when full.
+        Returns the ring positions written (a device tensor)."""
         n = len(rows["obs"])
         if n > self.capacity:
             rows = {key: np.asarray(v)[-self.capacity :] for key, v in rows.items()}
@@ -148,6 +153,11 @@ class DeviceReplay:
         self._next = int((self._next + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.size_t.fill_(float(self.size))
+        return index
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """What sampling mutates (a capture's warm-up restores these): nothing here."""
+        return []
 
     def indices(self, k: int, rows: int, generator: torch.Generator | None = None):  # type: ignore[no-untyped-def]
         """k x rows uniform indices in [0, size), drawn on the device without a host read."""
@@ -155,10 +165,13 @@ class DeviceReplay:
         index = (u * self.size_t).long()
         return torch.minimum(index, self.size_t.long() - 1)  # rand * size rounding up to size
 
-    def sample_into(self, feeder: BatchFeeder, generator: torch.Generator | None = None) -> None:
+    def sample_into(
+        self, feeder: BatchFeeder, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Draw k uniform batches on the device into the feeder's static inputs (with
         replacement; importance weights and n-step lengths set to ones). No host sync, so
-        it may run inside a captured graph; the caller checks `size > 0` first."""
+        it may run inside a captured graph; the caller checks `size > 0` first. Returns the
+        rows drawn, flat."""
         index = self.indices(feeder.k, feeder.rows, generator).flatten()
         for key, column in self.columns.items():
             target = feeder.inputs[key]
@@ -166,3 +179,79 @@ class DeviceReplay:
         for key in _ONES:
             if key in feeder.inputs and key not in self.columns:
                 feeder.inputs[key].fill_(1.0)
+        return index
+
+    def after_steps(self, td_abs: torch.Tensor) -> None:
+        """The |TD errors| [k, B] of a call's updates (uniform replay has no use for them)."""
+
+
+class PrioritizedDeviceReplay(DeviceReplay):
+    """DeviceReplay sampling in proportion to priority, the priorities on the device."""
+
+    def __init__(
+        self,
+        capacity: int,
+        example: Mapping[str, np.ndarray],
+        device: torch.device,
+        columns: Sequence[str] = DeviceReplay.COLUMNS,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_steps: int = 100_000,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__(capacity, example, device, columns)
+        self.alpha, self.eps = alpha, eps
+        self.beta, self.beta_final, self.beta_steps = beta, beta_final, beta_steps
+        self.priority = torch.zeros(capacity, dtype=torch.float32, device=device)
+        self.max_priority = torch.ones((), dtype=torch.float32, device=device)
+        self.batches_drawn = torch.zeros((), dtype=torch.float32, device=device)  # anneals beta
+        self.sampled: torch.Tensor | None = None  # rows of the last draw, for after_steps
+
+    def add(self, rows: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """Append rows at the running max priority (as the host sampler's on_insert)."""
+        index = super().add(rows)
+        self.priority.index_copy_(0, index, self.max_priority.expand(len(index)))
+        return index
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        return [self.priority, self.max_priority, self.batches_drawn]
+
+    def indices(self, k: int, rows: int, generator: torch.Generator | None = None):  # type: ignore[no-untyped-def]
+        """k x rows stratified draws: batch row j from the j-th of `rows` equal slices of
+        the priority mass (float64 prefix sums: a million float32 priorities would lose
+        the small ones)."""
+        prefix = torch.cumsum(self.priority, 0, dtype=torch.float64)
+        strata = torch.arange(rows, device=self.device, dtype=torch.float64)
+        u = torch.rand((k, rows), device=self.device, generator=generator, dtype=torch.float64)
+        target = (strata + u) / rows * prefix[-1]
+        index = torch.searchsorted(prefix, target.flatten(), right=True)
+        return torch.minimum(index, self.size_t.long() - 1).view(k, rows)
+
+    def sample_into(
+        self, feeder: BatchFeeder, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """As DeviceReplay's, with importance weights (p_min / p) ** beta per batch, beta
+        annealed by batches drawn (the host sampler's schedule)."""
+        index = super().sample_into(feeder, generator)
+        if self.sampled is None or self.sampled.shape != index.shape:
+            self.sampled = torch.zeros_like(index)
+        self.sampled.copy_(index)
+        if "weights" in feeder.inputs:
+            p = self.priority.index_select(0, index).view(feeder.k, feeder.rows)
+            steps = self.batches_drawn + torch.arange(feeder.k, device=self.device)
+            progress = torch.clamp(steps / self.beta_steps, max=1.0)
+            beta = (self.beta + (self.beta_final - self.beta) * progress).unsqueeze(1)
+            lowest = p.min(dim=1, keepdim=True).values
+            feeder.inputs["weights"].copy_((lowest / p) ** beta)
+        self.batches_drawn.add_(feeder.k)
+        return index
+
+    def after_steps(self, td_abs: torch.Tensor) -> None:
+        """Write the call's |TD errors| as priorities of the rows drawn (a row drawn twice
+        keeps one of its values) and raise the running max."""
+        assert self.sampled is not None, "after_steps before any sample_into"
+        stored = (td_abs.flatten().float() + self.eps) ** self.alpha
+        self.priority.index_copy_(0, self.sampled, stored)
+        torch.maximum(self.max_priority, stored.max(), out=self.max_priority)

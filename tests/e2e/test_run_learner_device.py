@@ -89,26 +89,30 @@ def test_cuda_learner_reports_cuda(tmp_path: Path) -> None:
     assert summary["learner_updates"] > 0
 
 
-def test_device_replay_trains_k_updates_a_call_and_is_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("replay", ["uniform", "prioritized"])
+def test_device_replay_trains_k_updates_a_call_and_is_reported(tmp_path: Path, replay: str) -> None:
     """ACTORQ_DEVICE_REPLAY_K on the CPU (the ring on the update's device, here the CPU;
-    the captured step run eagerly): the run trains, loses nothing, and says so."""
+    the captured step run eagerly): the run trains, loses nothing, and says so; with
+    prioritized replay the priorities live in the ring."""
     run_dir = tmp_path / "ring"
     env = {**os.environ, "ACTORQ_DEVICE_REPLAY_K": "4", "ACTORQ_UPDATE_PATH": "torch-eager"}
     args = ["--env", "CartPole-v1", "--actors", "1", "--envs-per-actor", "4", "--eval-envs", "2"]
     args += ["--target-return", "none", "--max-seconds", "40", "--run-dir", str(run_dir)]
+    args += ["--replay", replay]
     result = subprocess.run(
         [sys.executable, "-m", "actorq", "run", *args],
         capture_output=True, text=True, timeout=240, env=env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["learner_device_replay"] == "k=4, 100000 rows on cpu", summary
+    kind = "prioritized " if replay == "prioritized" else ""
+    assert summary["learner_device_replay"] == f"k=4, 100000 {kind}rows on cpu", summary
     assert summary["learner_update_path"] == "torch-eager"
     assert summary["learner_updates"] >= 400, summary["learner_updates"]
     assert summary["final_records"]["transitions_not_ingested"] == 0, summary["final_records"]
     assert summary["train_mean_return"] > 40, summary["train_mean_return"]  # random: ~22
     log = (run_dir / "logs" / "learner.log").read_text()
-    assert "device replay k=4, 100000 rows on cpu" in log
+    assert f"device replay k=4, 100000 {kind}rows on cpu" in log
 
 
 def test_device_replay_on_the_numpy_path_exits_2_naming_why(redis_url: str) -> None:

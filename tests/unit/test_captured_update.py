@@ -26,7 +26,7 @@ from actorq.algos.capture import (
     current_update_path,
     install_runner,
 )
-from actorq.algos.feed import BatchFeeder, DeviceReplay
+from actorq.algos.feed import BatchFeeder, DeviceReplay, PrioritizedDeviceReplay
 from actorq.testing.batches import random_update_batches
 
 OBS, OUT, HIDDEN, B = 5, 3, (32, 32), 32
@@ -371,3 +371,27 @@ def test_cuda_graph_samples_k_updates_per_replay_on_gpu(name):
     assert len({r.loss for r in results}) > 1  # fresh batches on every replay
     after = learner.critics.parameters() if name == "td3" else learner.online.parameters()
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_graph_samples_by_priority_as_the_eager_step_does_on_gpu():
+    """Prioritized ring: one graph replay = draws by priority, k updates, |TD errors|
+    written back as priorities; the same as the eager runner on the same ring and seed
+    (the capture's warm-up leaves the priorities as they were)."""
+    rows = {k: np.concatenate([b[k] for b in _batches("dqn", n=8)]) for k in DeviceReplay.COLUMNS}
+    runs = []
+    for path in ("torch-eager", "cuda-graph"):
+        learner = _learner("dqn", "cuda", flat=False)
+        ring = PrioritizedDeviceReplay(512, rows, torch.device("cuda"), beta_steps=8)
+        ring.add(rows)
+        runner = CapturedUpdate(learner, path, readback_every=16, k=4)
+        runner.use_replay(ring, B, torch.Generator(device="cuda").manual_seed(5))
+        for _ in range(4):
+            runner.submit_sampled()
+        runs.append(([r.loss for r in runner.drain()], ring.priority.cpu(), learner))
+    (eager_losses, eager_p, eager), (graph_losses, graph_p, graph) = runs
+    assert graph_losses == pytest.approx(eager_losses, rel=1e-4, abs=1e-5)
+    assert not torch.equal(graph_p[: len(rows["obs"])], torch.ones(len(rows["obs"])))
+    torch.testing.assert_close(graph_p, eager_p, rtol=1e-4, atol=1e-6)
+    _assert_states_close(eager, graph, 1e-4)

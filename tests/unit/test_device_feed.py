@@ -14,7 +14,7 @@ import torch
 
 from actorq.algos import load_algorithm_config, make_algorithm
 from actorq.algos.capture import apply_update_path
-from actorq.algos.feed import DeviceReplay
+from actorq.algos.feed import DeviceReplay, PrioritizedDeviceReplay
 from actorq.learner import device_feed
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.device_feed import RING_COLUMNS, DeviceFeed, attach_device_feed
@@ -167,22 +167,114 @@ def test_a_ring_that_cannot_be_allocated_leaves_host_sampling(
     assert "sampling on the host instead" in caplog.text
 
 
-def test_numpy_flat_and_prioritized_are_refused_with_the_reason() -> None:
+def test_numpy_flat_and_a_terminal_share_are_refused_with_the_reason() -> None:
     from actorq.config import ConfigError, LearnerSettings
     from actorq.learner.distributed import DistConfig
 
     class _Learner:
-        def __init__(self, path: str, replay: str) -> None:
-            self.s = LearnerSettings(replay=replay)
+        def __init__(self, path: str, replay: str, share: float = 0.0) -> None:
+            self.s = LearnerSettings(replay=replay, settle_terminal_share=share)
             self.algo, self.storage = _dqn(path), ReplayStorage(100, OBS)
             self.rlx2 = self.correction = None
             self.dist = DistConfig()
 
     with pytest.raises(ConfigError, match=r"captured update path .* not numpy-flat"):
         device_feed.check_device_replay(4, _Learner("numpy-flat", "uniform"))
-    with pytest.raises(ConfigError, match=r"ACTORQ_DEVICE_REPLAY_K\) 4 needs uniform replay"):
-        device_feed.check_device_replay(4, _Learner("torch-eager", "prioritized"))
+    with pytest.raises(ConfigError, match=r"REPLAY_K\) 4 needs settle_terminal_share 0"):
+        device_feed.check_device_replay(4, _Learner("torch-eager", "uniform", 0.25))
     device_feed.check_device_replay(4, _Learner("torch-eager", "uniform"))  # accepted
+    device_feed.check_device_replay(4, _Learner("torch-eager", "prioritized"))
+
+
+def _prioritized_ring(n: int, capacity: int, **kw: float) -> PrioritizedDeviceReplay:
+    batch = _rows(n, 0)
+    rows = {c: np.asarray(getattr(batch, c)) for c in RING_COLUMNS}
+    ring = PrioritizedDeviceReplay(capacity, rows, torch.device("cpu"), RING_COLUMNS, **kw)
+    ring.add(rows)
+    return ring
+
+
+def test_prioritized_ring_draws_in_proportion_to_priority() -> None:
+    ring = _prioritized_ring(40, 64)  # 24 empty slots: never drawn
+    assert torch.equal(ring.priority[:40], torch.ones(40)) and float(ring.priority[40:].sum()) == 0
+    priority = torch.zeros(64)
+    priority[:40] = torch.arange(1, 41, dtype=torch.float32)
+    ring.priority.copy_(priority)
+    draws = ring.indices(200, 100, torch.Generator().manual_seed(0)).flatten()
+    assert int(draws.max()) < 40
+    counts = torch.bincount(draws, minlength=64)[:40].double()
+    expected = 20_000 * priority[:40].double() / priority.sum()
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 80, f"draws do not follow the priorities (chi2 {chi2:.0f}, 39 dof)"
+    # stratified: each batch takes row j from the j-th slice of the mass, so a row of
+    # twice the priority is drawn twice as often within every batch, not just on average
+    one_batch = ring.indices(1, 820, torch.Generator().manual_seed(1)).flatten()
+    assert torch.equal(torch.bincount(one_batch, minlength=40)[:40], torch.arange(1, 41))
+
+
+def test_prioritized_ring_weights_and_td_write_back_follow_the_host_rule() -> None:
+    from actorq.algos.feed import BatchFeeder
+
+    ring = _prioritized_ring(50, 50, alpha=0.5, beta=0.4, beta_final=1.0, beta_steps=4, eps=0.01)
+    ring.priority.copy_(torch.linspace(0.5, 3.0, 50))
+    example = {c: ring.columns[c][:BATCH].numpy() for c in RING_COLUMNS}
+    feeder = BatchFeeder((*RING_COLUMNS, "weights"), example, 2, torch.device("cpu"))
+    index = ring.sample_into(feeder, torch.Generator().manual_seed(3)).view(2, BATCH)
+    for i, beta in enumerate((0.4, 0.4 + 0.6 / 4)):  # beta anneals per batch drawn
+        p = ring.priority[index[i]].double().numpy()
+        expected = (p.min() / p) ** beta
+        np.testing.assert_allclose(feeder.inputs["weights"][i].numpy(), expected, rtol=1e-5)
+        assert feeder.inputs["reward"][i].tolist() == ring.columns["reward"][index[i]].tolist()
+    td = torch.rand(2, BATCH, generator=torch.Generator().manual_seed(4)) * 5
+    ring.after_steps(td)
+    stored = (td + 0.01) ** 0.5
+    drawn_once = torch.bincount(index.flatten(), minlength=50) == 1
+    for row, value in zip(index.flatten().tolist(), stored.flatten().tolist(), strict=True):
+        if drawn_once[row]:
+            assert float(ring.priority[row]) == pytest.approx(value, rel=1e-6)
+    assert float(ring.max_priority) == pytest.approx(float(stored.max()), rel=1e-6)
+    ring.add({c: ring.columns[c][:3].numpy() for c in RING_COLUMNS})  # new rows: the max
+    assert torch.allclose(ring.priority[:3], ring.max_priority.expand(3))
+
+
+def test_prioritized_feed_trains_on_the_rows_and_weights_it_draws() -> None:
+    """DeviceFeed on prioritized replay against the algorithm's own update, fed the rows
+    and importance weights the ring drew and the priorities its |TD errors| give: same
+    weights after 3 calls of k = 4."""
+    from actorq.replay.prioritized import PrioritizedSampler
+
+    storage = ReplayStorage(200, OBS)
+    storage.add(_rows(200, 0))
+    host = PrioritizedSampler(200, alpha=0.7, beta=0.5, beta_steps=6)
+    algo, twin = _dqn(), _dqn()
+    feed = DeviceFeed(algo, storage, BATCH, k=4, seed=11, prioritized=host)
+    assert isinstance(feed.ring, PrioritizedDeviceReplay) and feed.ring.alpha == 0.7
+    feed.catch_up()
+    oracle = _prioritized_ring(200, 200, alpha=0.7, beta=0.5, beta_steps=6)
+    for c in RING_COLUMNS:
+        oracle.columns[c].copy_(feed.ring.columns[c])
+    oracle.priority.copy_(feed.ring.priority)
+    for _ in range(3):
+        feed.run()
+    feed.runner.drain()
+    draws = torch.Generator().manual_seed(11)
+    columns, drawn = oracle.columns, 0
+    for _ in range(3):
+        index = oracle.indices(4, BATCH, draws)
+        tds = []
+        for i in range(4):
+            p = oracle.priority[index[i]].double().numpy()
+            beta = 0.5 + 0.5 * min(1.0, drawn / 6)
+            drawn += 1
+            rows = {c: columns[c][index[i]].numpy() for c in RING_COLUMNS}
+            rows["action"] = rows["action"].astype(np.int64)
+            tds.append(torch.from_numpy(twin.update(rows, (p.min() / p) ** beta).td_abs))
+        stored = (torch.stack(tds).flatten() + 1e-6) ** 0.7
+        oracle.priority[index.flatten()] = stored
+    assert algo.num_updates == twin.num_updates == 12
+    for mine, theirs in zip(algo.online.parameters(), twin.online.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(feed.ring.priority, oracle.priority, rtol=1e-4, atol=1e-6)
 
 
 def test_a_continuous_learner_runs_k_updates_on_its_ring() -> None:
