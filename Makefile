@@ -143,7 +143,7 @@ gpu-check:  ## on a GPU machine, no network: learner, scaling, end-to-end tables
 gpu-throughput:  ## on a 16-core (GPU) machine, no network: one actor vs its env, 14 actors through actorq run (issue 30), ~4 min
 	./bench/gpu_check.sh --stages env,throughput $(ARGS)
 
-gpu-service:  ## on a GPU machine: the learner service fed by an actor vs its update alone, DQN/TD3/SAC x cpu,cuda x ACTORQ_INGEST thread,process, then DQN/TD3 on cuda-graph with ACTORQ_DEVICE_REPLAY_K 0 vs 8 (issue 41), ~7 min
+gpu-service:  ## on a GPU machine: the learner service fed by an actor vs its update alone, DQN/TD3/SAC x cpu,cuda x ACTORQ_INGEST thread,process, then DQN/TD3 on cuda-graph with ACTORQ_DEVICE_REPLAY_K 0 vs 8, uniform and (DQN) prioritized replay (issue 41), ~8 min
 	./bench/gpu_check.sh --stages env,service $(ARGS)
 
 bench-learner-service: $(STAMP)  ## the learner service fed by one actor vs its update alone: updates/s, ratio, where the time goes (BENCHMARKS.md 20; ARGS="--algos dqn --ingest thread,process")

@@ -82,6 +82,11 @@ class Plan:
     ring_args: tuple[str, ...] = (
         "--algos", "dqn,td3", "--seconds", "10", "--startup", "12", "--device-replay-k", "0,8",
     )  # fmt: skip
+    # ... the same on prioritized replay (host priorities vs the ring's on the device)
+    ring_prioritized_args: tuple[str, ...] = (
+        "--algos", "dqn", "--seconds", "10", "--startup", "12", "--device-replay-k", "0,8",
+        "--replay", "prioritized",
+    )  # fmt: skip
     # throughput: bench_throughput.py's raw/actor phases, then (actors, M, spi) runs
     ratio_m: tuple[int, ...] = (32, 128)
     ratio_rounds: int = 2
@@ -116,6 +121,8 @@ class Plan:
             service_args=("--algos", "dqn", "--seconds", "3", "--startup", "10"),
             ring_args=("--algos", "dqn", "--seconds", "3", "--startup", "10",
                        "--device-replay-k", "4"),
+            ring_prioritized_args=("--algos", "dqn", "--seconds", "3", "--startup", "10",
+                                   "--device-replay-k", "4", "--replay", "prioritized"),
             ratio_m=(8,), ratio_rounds=1, ratio_seconds=1.0,
             throughput_arms=((1, 8, 0.125),), throughput_skip=0.0,
             pytest_paths=("tests/unit/test_learner_device_gpu.py",),
@@ -336,18 +343,25 @@ def stage_service(stage: Stage, args: argparse.Namespace, deadline: Deadline) ->
            "--devices", devices]  # fmt: skip
     code, out = run_cmd(cmd, min(stage.timeout, deadline.left()))
     stage.data = {"code": code, "command": shlex.join(cmd[1:]), "out": tables.tail(out, 4000)}
-    # The device ring on the captured path (the CPU runs the captured step eagerly).
-    ring = [PY, str(ROOT / "bench" / "bench_learner_service.py"), *args.plan.ring_args,
-            "--devices", "cpu" if args.cpu_only else "cuda",
-            "--update-path", "torch-eager" if args.cpu_only else "cuda-graph"]  # fmt: skip
-    ring_code, ring_out = run_cmd(ring, min(stage.timeout, deadline.left()))
-    stage.data["ring"] = {
-        "code": ring_code,
-        "command": shlex.join(ring[1:]),
-        "out": tables.tail(ring_out, 3000),
-    }
-    codes = (code, ring_code)
-    stage.status = "ok" if codes == (0, 0) else ("timeout" if None in codes else "failed")
+    # The device ring on the captured path (the CPU runs the captured step eagerly),
+    # uniform and prioritized.
+    codes = [code]
+    for name, ring_args in (
+        ("ring", args.plan.ring_args),
+        ("ring_prioritized", args.plan.ring_prioritized_args),
+    ):
+        ring = [PY, str(ROOT / "bench" / "bench_learner_service.py"), *ring_args,
+                "--devices", "cpu" if args.cpu_only else "cuda",
+                "--update-path", "torch-eager" if args.cpu_only else "cuda-graph"]  # fmt: skip
+        ring_code, ring_out = run_cmd(ring, min(stage.timeout, deadline.left()))
+        stage.data[name] = {
+            "code": ring_code,
+            "command": shlex.join(ring[1:]),
+            "out": tables.tail(ring_out, 3000),
+        }
+        codes.append(ring_code)
+    ok = all(c == 0 for c in codes)
+    stage.status = "ok" if ok else ("timeout" if None in codes else "failed")
 
 
 STAGES = {

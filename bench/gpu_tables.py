@@ -286,10 +286,11 @@ def service_section(data: dict) -> list[str]:
     if not data:
         return []
     out = [f"`{data['command']}` (exit {data['code']}):", "", *render_bench_output(data["out"])]
-    ring = data.get("ring")
-    if ring:  # ACTORQ_DEVICE_REPLAY_K arms: the replay mirrored on the update's device
-        out += ["", f"`{ring['command']}` (exit {ring['code']}):", "",
-                *render_bench_output(ring["out"])]  # fmt: skip
+    for name in ("ring", "ring_prioritized"):  # ACTORQ_DEVICE_REPLAY_K arms
+        ring = data.get(name)
+        if ring:
+            out += ["", f"`{ring['command']}` (exit {ring['code']}):", "",
+                    *render_bench_output(ring["out"])]  # fmt: skip
     return out
 
 

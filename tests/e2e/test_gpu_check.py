@@ -90,4 +90,6 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
     # ... and with the device ring (ACTORQ_DEVICE_REPLAY_K, the captured step on the CPU)
     assert "| dqn | cpu | torch-eager | thread | 4 |" in text
     assert stages["service"]["data"]["ring"]["code"] == 0
+    assert stages["service"]["data"]["ring_prioritized"]["code"] == 0
+    assert "prioritized replay" in stages["service"]["data"]["ring_prioritized"]["out"]
     assert "gpu check: exit 0" in result.stdout
