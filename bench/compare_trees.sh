@@ -1,7 +1,9 @@
 #!/bin/bash
 # Interleaved comparison of an old tree and this one (BENCHMARKS.md 23e), same venv:
 #   bench/compare_trees.sh throughput OLD_COMMIT [ROUNDS]   one actor alone, M = 32 and 128
-#   bench/compare_trees.sh solve OLD_COMMIT [SEEDS]         `actorq run` CartPole-v1 int8
+#   bench/compare_trees.sh solve OLD_COMMIT [SEEDS [BENCH_SOLVE_ARGS...]]
+#       `actorq run` int8 to the solve bar (CartPole-v1 unless the args say otherwise), e.g.
+#       solve 2f1ef4c "1 2 3" --env Pendulum-v1 --target -200 --algo td3 --target-return -200
 # The old tree is exported with `git archive` to a temporary folder and imported through
 # PYTHONPATH (its generated protos are committed, so it needs no build).
 set -euo pipefail
@@ -20,11 +22,12 @@ throughput)
     (cd "$here" && $py bench/actor_inproc.py --m $m --seconds 3 | sed 's/^/  new: /')
   done; done ;;
 solve)
-  for seed in ${3:-1 2 3 4 5}; do
+  seeds=${3:-1 2 3 4 5}; shift $(( $# < 3 ? $# : 3 ))  # the rest goes to bench_solve.py
+  for seed in $seeds; do
     echo "seed $seed old, load $(load), $(date -u +%T)"
-    (cd "$old" && PYTHONPATH=$old $py bench/bench_solve.py --seeds "$seed" --precisions int8 | grep "^| int8 | $seed")
+    (cd "$old" && PYTHONPATH=$old $py bench/bench_solve.py --seeds "$seed" --precisions int8 "$@" | grep "^| int8 | $seed")
     echo "seed $seed new, load $(load), $(date -u +%T)"
-    (cd "$here" && $py bench/bench_solve.py --seeds "$seed" --precisions int8 | grep "^| int8 | $seed")
+    (cd "$here" && $py bench/bench_solve.py --seeds "$seed" --precisions int8 "$@" | grep "^| int8 | $seed")
   done ;;
-*) echo "usage: $0 throughput|solve OLD_COMMIT [ROUNDS|SEEDS]" >&2; exit 2 ;;
+*) echo "usage: $0 throughput|solve OLD_COMMIT [ROUNDS|SEEDS [BENCH_SOLVE_ARGS...]]" >&2; exit 2 ;;
 esac
