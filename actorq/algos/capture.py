@@ -173,6 +173,7 @@ class CapturedUpdate:
         self.replay: DeviceReplay | None = None  # use_replay: sampling inside the step
         self._replay_gen: torch.Generator | None = None
         self._sampling = False
+        self._call_rows = torch.arange(k, device=self.device)  # readback rows of one call
 
     # --- running ---------------------------------------------------------------------
     def submit(
@@ -222,7 +223,6 @@ class CapturedUpdate:
         }
         self._ensure_buffers(example)
         self.replay, self._replay_gen = replay, generator
-        self._call_rows = torch.arange(self.k, device=self.device)
 
     def submit_sampled(self) -> None:
         """k updates on batches drawn from the ring given to `use_replay`; no host sync."""
