@@ -314,42 +314,18 @@ class CapturedUpdate:
         return self._capture(flags, sampling)
 
     def _capture(self, flags: tuple[bool, ...], sampling: bool) -> Any:
-        """Warm up on a side stream, undo the warm-up's updates, capture, replay once."""
         state = self.program.state_tensors() + (self.out.tensors() if self.out else [])
-        if sampling and self.replay is not None:
-            state += self.replay.state_tensors()  # priorities the warm-up rewrote
-        saved = [t.detach().clone() for t in state]
         gens = self.program.generators()
-        if sampling and self._replay_gen is not None:
-            gens.append(self._replay_gen)
+        if sampling and self.replay is not None:
+            state += self.replay.state_tensors()  # priorities the warm-up rewrites
+            if self._replay_gen is not None:
+                gens.append(self._replay_gen)
         # The default generator needs no registration (graphs handle it) but its warm-up
         # draws are undone too.
-        restore = [*gens, *([_default_generator(self.device)] if sampling else [])]
-        gen_states = [g.get_state() for g in restore]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):  # autograd and cuBLAS allocate their workspaces here
-                self._steps(flags, sampling)
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.no_grad():
-            for t, s in zip(state, saved, strict=True):
-                t.copy_(s)
-        for g, s in zip(restore, gen_states, strict=True):
-            g.set_state(s)
-        graph = torch.cuda.CUDAGraph()
-        if gens and not hasattr(graph, "register_generator_state"):
-            raise RuntimeError(
-                f"cuda-graph for {type(self.algo).__name__} needs torch >= 2.5 "
-                f"(CUDAGraph.register_generator_state), this is torch {torch.__version__}"
-            )
-        for g in gens:  # a non-default generator must be known to the graph (TD3/SAC noise)
-            graph.register_generator_state(g)
-        # thread_local: CUDA work of other threads (a publisher) is not an error meanwhile.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self._steps(flags, sampling)
-        graph.replay()  # capture records only: this runs the update
-        return graph.replay
+        undo = [_default_generator(self.device)] if sampling else []
+        return capture_graph(
+            lambda: self._steps(flags, sampling), state, gens, undo, type(self.algo).__name__
+        )
 
     def _drain_into_host(self) -> None:
         if not self._written or self.out is None:
@@ -379,6 +355,45 @@ class CapturedUpdate:
             self._td_copies.append((pinned, event))
         else:
             self._td_copies = [*self._td_copies[-1:], (row.clone(), None)]
+
+
+def capture_graph(
+    run: Any,
+    state: list[torch.Tensor],
+    gens: list[torch.Generator],
+    undo_gens: list[torch.Generator],
+    name: str,
+) -> Any:
+    """Warm `run` up on a side stream, undo the warm-up (every tensor of `state`, the draws
+    of `gens` and `undo_gens`), capture it as a CUDA graph with `gens` registered, replay
+    once (capture only records: that replay is the real run); returns the graph's replay."""
+    saved = [t.detach().clone() for t in state]
+    restore = [*gens, *undo_gens]
+    gen_states = [g.get_state() for g in restore]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # autograd and cuBLAS allocate their workspaces here
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():
+        for t, s in zip(state, saved, strict=True):
+            t.copy_(s)
+    for g, s in zip(restore, gen_states, strict=True):
+        g.set_state(s)
+    graph = torch.cuda.CUDAGraph()
+    if gens and not hasattr(graph, "register_generator_state"):
+        raise RuntimeError(
+            f"cuda-graph for {name} needs torch >= 2.5 "
+            f"(CUDAGraph.register_generator_state), this is torch {torch.__version__}"
+        )
+    for g in gens:  # a non-default generator must be known to the graph (TD3/SAC noise)
+        graph.register_generator_state(g)
+    # thread_local: CUDA work of other threads (a publisher) is not an error meanwhile.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        run()
+    graph.replay()
+    return graph.replay
 
 
 def _default_generator(device: torch.device) -> torch.Generator:
