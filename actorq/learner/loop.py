@@ -149,11 +149,7 @@ class Learner:
         self.ingest.start()
         if self.publisher is None:
             return
-        backoff = 0.1
-        while not self.stop.is_set() and not self.publisher.publish_now(self._snapshot()):
-            log.warning("quantizer not ready; retrying the first publication in %.1fs", backoff)
-            self.stop.wait(backoff)
-            backoff = min(backoff * 2, 2.0)
+        self.publisher.publish_first(self._snapshot, self.stop)
 
     # --- training ---------------------------------------------------------------------
     def train(self) -> None:

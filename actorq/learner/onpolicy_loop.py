@@ -97,11 +97,7 @@ class OnPolicyTrainer:
         self.reader.start_from_now()  # older segments are too stale to train on
 
     def start(self) -> None:
-        backoff = 0.1
-        while not self.stop.is_set() and not self.publisher.publish_now(self._snapshot()):
-            log.warning("quantizer not ready; retrying the first publication in %.1fs", backoff)
-            self.stop.wait(backoff)
-            backoff = min(backoff * 2, 2.0)
+        self.publisher.publish_first(self._snapshot, self.stop)
 
     def train(self) -> None:
         while not self.stop.is_set() and not self._budget_spent():

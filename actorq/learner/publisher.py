@@ -79,6 +79,15 @@ class WeightsPublisher:
         """Synchronous publication (start-up and shutdown)."""
         return self._publish(snapshot, timeout)
 
+    def publish_first(self, snapshot: Callable[[], Snapshot], stop: threading.Event) -> None:
+        """Publish the first version, retrying with backoff until the quantizer takes it
+        (it may start after the learner) or `stop` is set."""
+        backoff = 0.1
+        while not stop.is_set() and not self.publish_now(snapshot()):
+            log.warning("quantizer not ready; retrying the first publication in %.1fs", backoff)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 2.0)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
