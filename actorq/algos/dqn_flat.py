@@ -172,51 +172,16 @@ class FlatDQNUpdate:
 
     # --- the update ---------------------------------------------------------------------
     def _update(self, batch: Mapping[str, np.ndarray], weights: np.ndarray | None) -> DQNUpdate:
-        require_keys(batch, BATCH_KEYS)
-        action = np.asarray(batch["action"])
-        if action.dtype != np.int64:
-            action = action.astype(np.int64)
+        obs, action, reward, next_obs, done, w = _checked_batch(batch, weights, self.widths[-1])
         size = action.shape[0]
-        obs, next_obs = _f32(batch["obs"]), _f32(batch["next_obs"])
-        reward, done = _f32(batch["reward"]), _f32(batch["done"])
-        columns = {"obs": obs, "reward": reward, "next_obs": next_obs, "done": done}
-        check_rows(columns, size, "action")
-        w = None
-        if weights is not None:
-            w = _f32(weights)
-            if w.shape != (size,):
-                raise ValueError(f"weights must have shape ({size},), got {tuple(w.shape)}")
         cfg = self.learner.config
-        a = self.widths[-1]
-        # torch's gather refuses an out-of-range action; the flat index below would not
-        # (as uint64, negative actions are huge).
-        if size and int(action.view(np.uint64).max()) >= a:
-            raise IndexError(f"batch['action'] holds actions outside [0, {a})")
         bufs = self._bufs.get(size) or self._buffers(size)
-        W, b, last = self.W, self.b, len(self.W) - 1
-
         # Online net over [obs; next_obs] in one pass (double DQN needs both).
-        x = bufs.x
-        x[:size] = obs
-        x[size:] = next_obs
-        for i in range(last + 1):
-            h = bufs.acts[i]
-            np.matmul(x, W[i].T, out=h)
-            h += b[i]
-            if i != last:
-                np.maximum(h, 0.0, out=h)
-            x = h
-        q_all, q_next_online = x[:size], x[size:]
-        # Target net over next_obs.
-        x = next_obs
-        for i in range(last + 1):
-            h = bufs.tacts[i]
-            np.matmul(x, self.tW[i].T, out=h)
-            h += self.tb[i]
-            if i != last:
-                np.maximum(h, 0.0, out=h)
-            x = h
-        q_next_target = x
+        bufs.x[:size] = obs
+        bufs.x[size:] = next_obs
+        q_both = _forward(bufs.x, self.W, self.b, bufs.acts)
+        q_all, q_next_online = q_both[:size], q_both[size:]
+        q_next_target = _forward(next_obs, self.tW, self.tb, bufs.tacts)
 
         index = np.add(bufs.row_base, action, out=bufs.index)  # flat index of (row, action)
         q = np.take(q_all, index)
@@ -236,36 +201,9 @@ class FlatDQNUpdate:
         target += reward
         diff = np.subtract(q, target, out=bufs.diff)
         td_abs = np.abs(diff)  # returned: a fresh array
-        # Huber: with c = min(|d|, delta), loss = c * (|d| - c / 2) (0.5 d^2 inside delta,
-        # delta * (|d| - delta / 2) outside) and d loss / dq = copysign(c, d).
-        delta = cfg.huber_delta
-        c = np.minimum(td_abs, delta, out=bufs.clamped)
-        per_item = np.multiply(c, -0.5, out=bufs.per_item)
-        per_item += td_abs
-        per_item *= c
-        # (np.add.reduce: ndarray.mean's Python wrapper costs more than the sum itself)
-        loss = float(np.add.reduce(per_item) if w is None else np.dot(per_item, w)) / size
-        dq = np.copysign(c, diff, out=bufs.dq)
-        if w is None:
-            dq *= 1.0 / size
-        else:
-            dq *= w * (1.0 / size)
-        grad = bufs.grad_out
-        grad.fill(0.0)
-        np.put(grad, index, dq)
-
-        # Backward: dW = grad^T @ input, db = column sums, then through the ReLU.
-        for i in range(last, -1, -1):
-            inp = obs if i == 0 else bufs.acts[i - 1][:size]
-            np.matmul(grad.T, inp, out=self.dW[i])
-            np.matmul(bufs.ones, grad, out=self.db[i])
-            if i > 0:
-                g = np.matmul(grad, W[i], out=bufs.grads[i - 1])
-                # inp = relu(.) >= 0, so sign(inp) is the 0/1 ReLU mask
-                g *= np.sign(inp, out=bufs.masks[i - 1])
-                grad = g
-
-        grad_norm = _clip(self.np_grad, self.learner.config.max_grad_norm)
+        loss = _huber_into(bufs, diff, td_abs, w, cfg.huber_delta)
+        _backward(bufs, obs, self.W, self.dW, self.db)
+        grad_norm = _clip(self.np_grad, cfg.max_grad_norm)
         _adam(self, self.learner.optimizer.param_groups[0])
         return DQNUpdate(
             loss=loss, q_mean=float(np.add.reduce(q)) / size, td_abs=td_abs, grad_norm=grad_norm
@@ -293,6 +231,87 @@ class _Buffers:
         self.index = np.empty(size, np.int64)
         self.target, self.diff = np.empty(size, f32), np.empty(size, f32)
         self.clamped, self.per_item, self.dq = (np.empty(size, f32) for _ in range(3))
+
+
+def _checked_batch(batch: Mapping[str, np.ndarray], weights: Any, num_actions: int) -> tuple:
+    """(obs, int64 action, reward, next_obs, done, weights or None), float32 but the
+    actions, of a batch whose columns agree in rows and whose actions are in range."""
+    require_keys(batch, BATCH_KEYS)
+    action = np.asarray(batch["action"])
+    if action.dtype != np.int64:
+        action = action.astype(np.int64)
+    size = action.shape[0]
+    obs, next_obs = _f32(batch["obs"]), _f32(batch["next_obs"])
+    reward, done = _f32(batch["reward"]), _f32(batch["done"])
+    columns = {"obs": obs, "reward": reward, "next_obs": next_obs, "done": done}
+    check_rows(columns, size, "action")
+    w = None
+    if weights is not None:
+        w = _f32(weights)
+        if w.shape != (size,):
+            raise ValueError(f"weights must have shape ({size},), got {tuple(w.shape)}")
+    # torch's gather refuses an out-of-range action; the flat index would not (as uint64,
+    # negative actions are huge).
+    if size and int(action.view(np.uint64).max()) >= num_actions:
+        raise IndexError(f"batch['action'] holds actions outside [0, {num_actions})")
+    return obs, action, reward, next_obs, done, w
+
+
+def _forward(
+    x: np.ndarray, W: list[np.ndarray], b: list[np.ndarray], acts: list[np.ndarray]
+) -> np.ndarray:
+    """The MLP over x (ReLU between layers), each layer's output into its buffer of `acts`."""
+    last = len(W) - 1
+    for i in range(last + 1):
+        h = acts[i]
+        np.matmul(x, W[i].T, out=h)
+        h += b[i]
+        if i != last:
+            np.maximum(h, 0.0, out=h)
+        x = h
+    return x
+
+
+def _huber_into(
+    bufs: _Buffers, diff: np.ndarray, td_abs: np.ndarray, w: np.ndarray | None, delta: float
+) -> float:
+    """The (weighted) mean Huber loss of the TD errors; its gradient with respect to each
+    taken action's Q value lands in bufs.grad_out (zero elsewhere)."""
+    size = diff.shape[0]
+    # With c = min(|d|, delta), loss = c * (|d| - c / 2) (0.5 d^2 inside delta,
+    # delta * (|d| - delta / 2) outside) and d loss / dq = copysign(c, d).
+    c = np.minimum(td_abs, delta, out=bufs.clamped)
+    per_item = np.multiply(c, -0.5, out=bufs.per_item)
+    per_item += td_abs
+    per_item *= c
+    # (np.add.reduce: ndarray.mean's Python wrapper costs more than the sum itself)
+    loss = float(np.add.reduce(per_item) if w is None else np.dot(per_item, w)) / size
+    dq = np.copysign(c, diff, out=bufs.dq)
+    if w is None:
+        dq *= 1.0 / size
+    else:
+        dq *= w * (1.0 / size)
+    bufs.grad_out.fill(0.0)
+    np.put(bufs.grad_out, bufs.index, dq)
+    return loss
+
+
+def _backward(
+    bufs: _Buffers, obs: np.ndarray, W: list[np.ndarray], dW: list[np.ndarray],
+    db: list[np.ndarray],
+) -> None:  # fmt: skip
+    """dW = grad^T @ input, db = column sums, then through the ReLU, from bufs.grad_out
+    back to the first layer (the online net's activations of obs in bufs.acts)."""
+    size, grad = obs.shape[0], bufs.grad_out
+    for i in range(len(W) - 1, -1, -1):
+        inp = obs if i == 0 else bufs.acts[i - 1][:size]
+        np.matmul(grad.T, inp, out=dW[i])
+        np.matmul(bufs.ones, grad, out=db[i])
+        if i > 0:
+            g = np.matmul(grad, W[i], out=bufs.grads[i - 1])
+            # inp = relu(.) >= 0, so sign(inp) is the 0/1 ReLU mask
+            g *= np.sign(inp, out=bufs.masks[i - 1])
+            grad = g
 
 
 def _clip(g: np.ndarray, max_norm: float) -> float:
