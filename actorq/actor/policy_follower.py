@@ -189,29 +189,10 @@ class PolicyFollower:
     def _fetch(
         self, stub: ps_grpc.ParameterServerStub, version: int, base_version: int = 0
     ) -> tuple[bytes, bool]:
-        """(envelope bytes, whether they are a delta from `base_version`)."""
-        parts: list[bytes] = []
-        expected_offset = 0
-        total = 0
-        kinds: set[int] = set()
         request = ps_pb2.GetPolicyRequest(
             version=version, actor_id=self._instance, base_version=base_version
         )
-        for chunk in stub.GetPolicy(request, timeout=30.0):
-            if chunk.offset != expected_offset or chunk.version != version:
-                raise BlobError(
-                    f"chunk for version {chunk.version} at offset {chunk.offset} out of order"
-                )
-            parts.append(chunk.data)
-            kinds.add(chunk.kind)
-            expected_offset += len(chunk.data)
-            total = chunk.total_bytes
-        if expected_offset != total:
-            raise BlobError(f"blob truncated: got {expected_offset} of {total} bytes")
-        is_delta = ps_pb2.BLOB_KIND_DELTA in kinds
-        if is_delta and (len(kinds) > 1 or not base_version):
-            raise BlobError(f"server sent a delta for version {version} that was not asked for")
-        return b"".join(parts), is_delta
+        return fetch_blob(stub, request)
 
     def _load(
         self, stub: ps_grpc.ParameterServerStub, announcement: ps_pb2.PolicyAnnouncement
@@ -308,3 +289,30 @@ class PolicyFollower:
             kept,
             "; further refusals for this reason are counted, not logged" if seen == 1 else "",
         )
+
+
+def fetch_blob(
+    stub: ps_grpc.ParameterServerStub, request: ps_pb2.GetPolicyRequest
+) -> tuple[bytes, bool]:
+    """(envelope bytes, whether they are a delta from request.base_version), the chunks of
+    the GetPolicy stream checked for order, version, length and an unasked-for delta."""
+    parts: list[bytes] = []
+    expected_offset = 0
+    total = 0
+    kinds: set[int] = set()
+    version = request.version
+    for chunk in stub.GetPolicy(request, timeout=30.0):
+        if chunk.offset != expected_offset or chunk.version != version:
+            raise BlobError(
+                f"chunk for version {chunk.version} at offset {chunk.offset} out of order"
+            )
+        parts.append(chunk.data)
+        kinds.add(chunk.kind)
+        expected_offset += len(chunk.data)
+        total = chunk.total_bytes
+    if expected_offset != total:
+        raise BlobError(f"blob truncated: got {expected_offset} of {total} bytes")
+    is_delta = ps_pb2.BLOB_KIND_DELTA in kinds
+    if is_delta and (len(kinds) > 1 or not request.base_version):
+        raise BlobError(f"server sent a delta for version {version} that was not asked for")
+    return b"".join(parts), is_delta
