@@ -284,15 +284,16 @@ class CapturedUpdate:
 
     def _steps(self, flags: tuple[bool, ...], sampling: bool = False) -> None:
         assert self.feeder is not None and self.out is not None
+        drawn = None
         if sampling:
             assert self.replay is not None
-            self.replay.sample_into(self.feeder, self._replay_gen)
+            drawn = self.replay.sample_into(self.feeder, self._replay_gen)
         for i, flag in enumerate(flags):
             self.program.step(self.feeder.device_view(i), self.out, flag, i)
-        if sampling:  # this call's |TD errors|: the k rows the steps just wrote
+        if drawn is not None:  # this call's |TD errors|: the k rows the steps just wrote
             assert self.replay is not None
             rows = (self.out.slot - len(flags) + self._call_rows) % self.slots
-            self.replay.after_steps(self.out.td.index_select(0, rows))
+            self.replay.after_steps(drawn, self.out.td.index_select(0, rows))
 
     def _run(self, flags: tuple[bool, ...]) -> None:
         sampling = self._sampling

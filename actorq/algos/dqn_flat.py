@@ -201,7 +201,7 @@ class FlatDQNUpdate:
         target += reward
         diff = np.subtract(q, target, out=bufs.diff)
         td_abs = np.abs(diff)  # returned: a fresh array
-        loss = _huber_into(bufs, diff, td_abs, w, cfg.huber_delta)
+        loss = _huber_into(bufs, index, diff, td_abs, w, cfg.huber_delta)
         _backward(bufs, obs, self.W, self.dW, self.db)
         grad_norm = _clip(self.np_grad, cfg.max_grad_norm)
         _adam(self, self.learner.optimizer.param_groups[0])
@@ -273,10 +273,15 @@ def _forward(
 
 
 def _huber_into(
-    bufs: _Buffers, diff: np.ndarray, td_abs: np.ndarray, w: np.ndarray | None, delta: float
+    bufs: _Buffers,
+    index: np.ndarray,
+    diff: np.ndarray,
+    td_abs: np.ndarray,
+    w: np.ndarray | None,
+    delta: float,
 ) -> float:
     """The (weighted) mean Huber loss of the TD errors; its gradient with respect to each
-    taken action's Q value lands in bufs.grad_out (zero elsewhere)."""
+    taken action's Q value (flat `index` into bufs.grad_out) lands there, zero elsewhere."""
     size = diff.shape[0]
     # With c = min(|d|, delta), loss = c * (|d| - c / 2) (0.5 d^2 inside delta,
     # delta * (|d| - delta / 2) outside) and d loss / dq = copysign(c, d).
@@ -292,7 +297,7 @@ def _huber_into(
     else:
         dq *= w * (1.0 / size)
     bufs.grad_out.fill(0.0)
-    np.put(bufs.grad_out, bufs.index, dq)
+    np.put(bufs.grad_out, index, dq)
     return loss
 
 

@@ -181,8 +181,9 @@ class DeviceReplay:
                 feeder.inputs[key].fill_(1.0)
         return index
 
-    def after_steps(self, td_abs: torch.Tensor) -> None:
-        """The |TD errors| [k, B] of a call's updates (uniform replay has no use for them)."""
+    def after_steps(self, drawn: torch.Tensor, td_abs: torch.Tensor) -> None:
+        """The |TD errors| [k, B] of a call's updates on the rows `sample_into` drew
+        (uniform replay has no use for them)."""
 
 
 class PrioritizedDeviceReplay(DeviceReplay):
@@ -207,7 +208,6 @@ class PrioritizedDeviceReplay(DeviceReplay):
         self.priority = torch.zeros(capacity, dtype=torch.float32, device=device)
         self.max_priority = torch.ones((), dtype=torch.float32, device=device)
         self.batches_drawn = torch.zeros((), dtype=torch.float32, device=device)  # anneals beta
-        self.sampled: torch.Tensor | None = None  # rows of the last draw, for after_steps
 
     def add(self, rows: Mapping[str, np.ndarray]) -> torch.Tensor:
         """Append rows at the running max priority (as the host sampler's on_insert)."""
@@ -235,9 +235,6 @@ class PrioritizedDeviceReplay(DeviceReplay):
         """As DeviceReplay's, with importance weights (p_min / p) ** beta per batch, beta
         annealed by batches drawn (the host sampler's schedule)."""
         index = super().sample_into(feeder, generator)
-        if self.sampled is None or self.sampled.shape != index.shape:
-            self.sampled = torch.zeros_like(index)
-        self.sampled.copy_(index)
         if "weights" in feeder.inputs:
             p = self.priority.index_select(0, index).view(feeder.k, feeder.rows)
             steps = self.batches_drawn + torch.arange(feeder.k, device=self.device)
@@ -248,10 +245,9 @@ class PrioritizedDeviceReplay(DeviceReplay):
         self.batches_drawn.add_(feeder.k)
         return index
 
-    def after_steps(self, td_abs: torch.Tensor) -> None:
+    def after_steps(self, drawn: torch.Tensor, td_abs: torch.Tensor) -> None:
         """Write the call's |TD errors| as priorities of the rows drawn (a row drawn twice
         keeps one of its values) and raise the running max."""
-        assert self.sampled is not None, "after_steps before any sample_into"
         stored = (td_abs.flatten().float() + self.eps) ** self.alpha
-        self.priority.index_copy_(0, self.sampled, stored)
+        self.priority.index_copy_(0, drawn, stored)
         torch.maximum(self.max_priority, stored.max(), out=self.max_priority)

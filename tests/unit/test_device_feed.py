@@ -226,7 +226,7 @@ def test_prioritized_ring_weights_and_td_write_back_follow_the_host_rule() -> No
         np.testing.assert_allclose(feeder.inputs["weights"][i].numpy(), expected, rtol=1e-5)
         assert feeder.inputs["reward"][i].tolist() == ring.columns["reward"][index[i]].tolist()
     td = torch.rand(2, BATCH, generator=torch.Generator().manual_seed(4)) * 5
-    ring.after_steps(td)
+    ring.after_steps(index.flatten(), td)
     stored = (td + 0.01) ** 0.5
     drawn_once = torch.bincount(index.flatten(), minlength=50) == 1
     for row, value in zip(index.flatten().tolist(), stored.flatten().tolist(), strict=True):
