@@ -21,6 +21,9 @@ the replay mirrored on the update's device, 8 device-sampled updates per call; n
 captured `--update-path`, e.g. torch-eager on the CPU, cuda-graph on a GPU).
 `--replay prioritized` runs every service arm on prioritized replay (on the ring: its
 priorities on the device); the alone arm is the same update either way.
+`--crowded-alone N` also runs N copies of the alone update at once (N = the cores) and
+prints the service against a copy's rate: what the update itself does when no core is
+idle, as in the service, where actors, Redis and the quantizer run on the other cores.
 
     .venv/bin/python bench/bench_learner_service.py --algos dqn --devices cpu --seconds 20
 
@@ -87,11 +90,23 @@ def alone_worker(algo: str, device: str, seconds: float, path: str = "auto") -> 
     return {"updates_per_s": done / elapsed, "path": info.update_path, "batch": config.batch_size}
 
 
-def _alone(algo: str, device: str, seconds: float, path: str) -> dict:
+def _alone(algo: str, device: str, seconds: float, path: str, copies: int = 1) -> dict:
+    """The update alone; with `copies` > 1 that many at once (one per core), and the mean
+    updates/s of a copy: the update's rate when the other cores are busy too."""
     cmd = [sys.executable, __file__, "--worker", algo, "--devices", device]
     cmd += ["--seconds", str(seconds), "--update-path", path]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        for _ in range(copies)
+    ]
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode:
+            raise SystemExit(f"alone worker for {algo} on {device} exited {proc.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    mean = statistics.mean(r["updates_per_s"] for r in results)
+    return {**results[0], "updates_per_s": mean}
 
 
 def _service(
@@ -127,10 +142,30 @@ def _service(
         / (last["wall_seconds"] - first["wall_seconds"]),
         "wait": statistics.median(r.get("learner_wait_fraction", 0.0) for r in steady),
         "sample": statistics.median(r.get("learner_sample_fraction", 0.0) for r in steady),
+        "update": statistics.median(r.get("learner_update_fraction", 0.0) for r in steady),
+        "update_ms": _window_update_ms(first, last),
         "cpu": summary.get("cpu_seconds", {}),
         "wall": summary.get("wall_seconds", 0.0),
         "path": summary.get("learner_update_path"),
     }
+
+
+def _window_update_ms(first: dict, last: dict) -> float:
+    """Milliseconds per update in the learner's update calls between two metrics rows
+    (each row's `learner_update_ms` is the mean since the start)."""
+    spent = (
+        last.get("learner_update_ms", 0.0) * last["learner_updates"]
+        - first.get("learner_update_ms", 0.0) * first["learner_updates"]
+    )
+    done = last["learner_updates"] - first["learner_updates"]
+    return spent / done if done > 0 else 0.0
+
+
+def _crowded_cells(crowded: dict | None, service_rate: float) -> str:
+    if crowded is None:
+        return ""
+    rate = crowded["updates_per_s"]
+    return f" {rate:,.0f} | {service_rate / rate:.2f} |"
 
 
 def _cpu_line() -> str:
@@ -164,6 +199,11 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--update-path", default="auto", help="ACTORQ_UPDATE_PATH of both arms")
     p.add_argument("--replay", default="uniform", choices=("uniform", "prioritized"))
+    p.add_argument(
+        "--crowded-alone", type=int, default=0, metavar="N",
+        help="also run N copies of the alone update at once (N = cores: none idle) and "
+        "print the service against that rate too",
+    )  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -179,15 +219,22 @@ def main() -> None:
         f"{args.replay} replay"
     )
     print("| algo | device | path | ingest | ring k | alone upd/s | service upd/s "
-          "| service/alone | env steps/s | learner wait | learner sample "
-          "| learner CPU/wall |")  # fmt: skip
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| service/alone | env steps/s | learner wait | learner sample | learner update "
+          "| update ms service/alone | learner CPU/wall |"
+          + (" crowded alone upd/s | service/crowded |" if args.crowded_alone else ""))  # fmt: skip
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          + ("---:|---:|" if args.crowded_alone else ""))  # fmt: skip
     ratios = []
     with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
         for rnd in range(args.rounds):
             for algo in algos:
                 for device in args.devices.split(","):
                     alone = _alone(algo, device, args.seconds, args.update_path)
+                    crowded = (
+                        _alone(algo, device, args.seconds, args.update_path, args.crowded_alone)
+                        if args.crowded_alone
+                        else None
+                    )
                     arms = [
                         (ingest, k)
                         for ingest in args.ingest.split(",")
@@ -204,7 +251,9 @@ def main() -> None:
                             f"| {alone['updates_per_s']:,.0f} "
                             f"| {svc['updates_per_s']:,.0f} | {ratio:.2f} "
                             f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "
-                            f"| {svc['sample']:.2f} | {cpu:.2f} |",
+                            f"| {svc['sample']:.2f} | {svc['update']:.2f} "
+                            f"| {svc['update_ms']:.3f} / {1e3 / alone['updates_per_s']:.3f} "
+                            f"| {cpu:.2f} |" + _crowded_cells(crowded, svc["updates_per_s"]),
                             flush=True,
                         )
     print(f"service/alone min {min(ratios):.2f}")

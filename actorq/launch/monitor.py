@@ -37,6 +37,8 @@ class ProgressSample:
     replay_size: int
     learner_wait_fraction: float
     learner_sample_fraction: float
+    learner_update_fraction: float
+    learner_update_ms: float  # mean per update in its update calls, since the start
     blob_bytes: int
     dense_fp32_bytes: int
     delta_bytes_median: float
@@ -183,6 +185,8 @@ class RunMonitor:
             replay_size=int(lrn.counter("replay_size")),
             learner_wait_fraction=round(lrn.counter("wait_fraction"), 4),
             learner_sample_fraction=round(lrn.counter("sample_fraction"), 4),
+            learner_update_fraction=round(lrn.counter("update_fraction"), 4),
+            learner_update_ms=round(lrn.counter("update_ms"), 4),
             blob_bytes=int(qz.counter("blob_bytes")),
             dense_fp32_bytes=int(qz.counter("dense_fp32_bytes")),
             delta_bytes_median=qz.counter("delta_bytes_median"),

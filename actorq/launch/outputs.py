@@ -47,6 +47,7 @@ class Summary:
     policy_rejections: int
     learner_wait_fraction: float  # waiting for data (rate limiter, warm-up)
     learner_sample_fraction: float  # choosing rows and copying them out of the replay
+    learner_update_fraction: float  # in the algorithm's update calls (the rest: bookkeeping)
     seed: int
     hidden: list[int]
     checkpoint: str | None

@@ -72,6 +72,7 @@ def _write_outputs(
         policy_rejections=last.policy_rejections if last else 0,
         learner_wait_fraction=last.learner_wait_fraction if last else 0.0,
         learner_sample_fraction=last.learner_sample_fraction if last else 0.0,
+        learner_update_fraction=last.learner_update_fraction if last else 0.0,
         seed=settings.seed,
         hidden=list(settings.hidden),
         checkpoint=str(checkpoint) if checkpoint.exists() else None,

@@ -69,6 +69,7 @@ class UpdateStep:
         if self.behaviour is not None:  # before the update: the actors' gap
             self.behaviour.maybe_measure(batch, newest_version)
         runner = captured_runner(self.algo)
+        started = time.perf_counter()
         if runner is not None and self.rlx2 is None:
             reported = self._submit_captured(runner, self.sampler, sample, batch, weights)
             if reported is not None:
@@ -79,6 +80,7 @@ class UpdateStep:
                 self.rlx2.after_update()
             self.sampler.update_priorities(sample.indices, result.td_abs, sample.generations)
             self._report_loss(result.loss, result.q_mean)
+        self.counters.update_seconds += time.perf_counter() - started
         self.counters.updates += 1
         self.counters.sampled += self.batch_size
         if self.counters.updates % METRICS_EVERY == 0:
@@ -98,7 +100,9 @@ class UpdateStep:
             host_batch = self.storage.get(sample.indices)
         if gap_due:
             self.behaviour.measure(host_batch, newest_version)
+        started = time.perf_counter()
         reported = feed.run()
+        self.counters.update_seconds += time.perf_counter() - started
         if self.rlx2 is not None:  # dense: FLOPs accounting only (sparse RLx2 is refused)
             for _ in range(k):
                 self.rlx2.after_update()

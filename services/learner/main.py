@@ -100,6 +100,8 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "replay_rejected": learner.reader.rejected,
                 "wait_fraction": c.wait_fraction(),
                 "sample_fraction": c.sample_fraction(),
+                "update_fraction": c.update_fraction(),
+                "update_ms": c.update_ms(),
                 "checkpoints": c.checkpoints,
                 "publish_failures": publisher.failures if publisher else 0,
                 "blob_bytes": publisher.blob_bytes if publisher else 0,
