@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import hiredis
 import numpy as np
 import pytest
 import redis
@@ -149,7 +150,6 @@ def test_an_actor_loses_nothing_while_redis_is_away() -> None:
 
 
 def test_packed_transaction_is_the_resp_hiredis_packs() -> None:
-    hiredis = pytest.importorskip("hiredis")
     big = np.arange(10_000, dtype=np.float32).tobytes()  # 40 KB: passed through as it is
     commands = [("XADD", "k", "MAXLEN", "~", "10", "*", "obs", big, "n", b"3"),
                 ("INCRBY", "c", 7), ("SET", "f", 0.25), ("MGET", "a", "b")]  # fmt: skip

@@ -7,12 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba  # noqa: F401  (a dev dependency: these tests run its kernels)
 import numpy as np
 import pytest
 import torch
 
 from actorq.actor.columns import EpsilonGreedy, StepColumns, StepRecorder
 from actorq.actor.episodes import EpisodeTracker
+from actorq.actor.fast_act import (
+    FusedEpsilonGreedy,
+    FusedRecorder,
+    PolicyForward,
+    fast_acting,
+)
 from actorq.actor.policy_follower import LoadedPolicy
 from actorq.actor.stepper import VectorStep
 from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork
@@ -23,14 +30,6 @@ from actorq.quant import (
     make_int8_linear,
     parse_precision,
     quantize_int8_per_channel,
-)
-
-pytest.importorskip("numba")
-from actorq.actor.fast_act import (
-    FusedEpsilonGreedy,
-    FusedRecorder,
-    PolicyForward,
-    fast_acting,
 )
 from actorq.quant.fused_mlp import (
     MIN_MAX_BY_COLUMN,
