@@ -5,6 +5,7 @@ and the `new/old min` line come out (HEAD against the working tree: ratios near 
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,10 @@ def test_compares_every_algorithm_of_two_trees() -> None:
     assert len(rows) == len(CASES) + len(ON_POLICY), result.stdout
     for algo in ("DQN", "DDPG", "TD3", "SAC", "D4PG", "PPO", "APPO", "A2C"):
         assert any(r.startswith(f"| {algo} ") for r in rows), algo
-    ratio = float(re.search(r"^new/old min (\d+\.\d+)$", result.stdout, re.M).group(1))
-    assert 0.5 < ratio < 2.0, ratio  # the same code on both sides
+    ratios = sorted(float(r.rstrip(" |").split("|")[-1].strip().rstrip("x")) for r in rows)
+    least = float(re.search(r"^new/old min (\d+\.\d+)$", result.stdout, re.M).group(1))
+    assert least == ratios[0], (least, ratios)
+    # The same code on both sides: the median row is near 1. One round on a busy 2-core
+    # machine can put a single row at 0.5 (seen in CI), so the minimum is not asserted.
+    assert 0.6 < statistics.median(ratios) < 1.67, ratios
     assert "compare_learner_trees: HEAD vs " in result.stdout
