@@ -164,6 +164,15 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "else auto: cuda only where a GPU is faster for this network, docs/gpu-learner.md)",
     )
     p.add_argument(
+        "--pin-learner",
+        default=os.environ.get("ACTORQ_PIN_LEARNER", d.pin_learner),
+        choices=["on", "off"],
+        help="on: a CPU learner gets ACTORQ_TORCH_THREADS cores of its own and the other "
+        "services the rest, where at least one core is left: faster where the learner sets "
+        "the pace, slower where actors do (BENCHMARKS 20); off: no pinning (default: "
+        "ACTORQ_PIN_LEARNER, else off)",
+    )
+    p.add_argument(
         "--sparsity-critic", type=float, default=None, help="critic sparsity (default: --sparsity)"
     )
     p.add_argument(
@@ -318,6 +327,7 @@ def _run(args: argparse.Namespace) -> int:
         sparsity_critic=_or(args.sparsity_critic, args.sparsity),
         learner_device=args.learner_device,
         env_backend=args.env_backend,
+        pin_learner=args.pin_learner,
     )
     from actorq.launch.zygote import Zygote
 

@@ -246,6 +246,10 @@ class LearnerSettings(CommonSettings):
     replay_capacity: int = 100000  # transitions kept in the learner's local mirror
     samples_per_insert: float = 16.0  # replay ratio: sampled transitions per inserted one
     publish_every: int = 50  # learner updates between policy publications
+    # ...and at least this many seconds between them (off-policy; 0 = no floor): a learner
+    # making thousands of updates/s would otherwise publish dozens of versions a second,
+    # each quantized, fetched and rebuilt by every actor (BENCHMARKS 20d and 20e).
+    publish_min_seconds: float = 0.1
     checkpoint_dir: str = ""  # empty = no checkpoints
     checkpoint_every: int = 5000  # learner updates between checkpoints
     max_updates: int = 0  # stop after this many updates; 0 = until stopped
@@ -397,6 +401,10 @@ class LearnerSettings(CommonSettings):
             f"samples_per_insert: expected > 0, got {self.samples_per_insert}",
         )
         _check(self.publish_every >= 1, f"publish_every: expected >= 1, got {self.publish_every}")
+        _check(
+            self.publish_min_seconds >= 0,
+            f"publish_min_seconds: expected >= 0, got {self.publish_min_seconds}",
+        )
         _check(
             self.checkpoint_every >= 1,
             f"checkpoint_every: expected >= 1, got {self.checkpoint_every}",

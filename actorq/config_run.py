@@ -44,6 +44,9 @@ class RunSettings:
     sparsity_critic: float = 0.0  # the same for the critics
     learner_device: str = "auto"  # auto | cpu | cuda | cuda:N (the learner's ACTORQ_DEVICE)
     env_backend: str = "gymnasium"  # gymnasium | envpool: who builds the actors' vector envs
+    # on: a CPU learner gets cores of its own, the other services the rest
+    # (actorq.launch.cores); off: the scheduler places every process
+    pin_learner: str = "off"
 
     def __post_init__(self) -> None:
         self._check_sparsity()
@@ -58,6 +61,10 @@ class RunSettings:
             and not (self.ingest and self.algo in ON_POLICY),
             f"--ingest: expected thread or process for an off-policy algorithm (on-policy "
             f"learners read segments, not replay), got {self.ingest!r} with {self.algo}",
+        )
+        _check(
+            self.pin_learner in ("on", "off"),
+            f"--pin-learner: expected on or off, got {self.pin_learner!r}",
         )
         _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
         _check(

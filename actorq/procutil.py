@@ -12,9 +12,12 @@ from collections.abc import Iterator
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(niceness: int = 0, parent_pid: int | None = None) -> None:
+def die_with_parent(
+    niceness: int = 0, parent_pid: int | None = None, cpus: tuple[int, ...] = ()
+) -> None:
     """Run in a child before exec: the kernel SIGKILLs it when its parent dies (Linux), so
-    no service or embedded Redis outlives a killed launcher; optionally lower its priority.
+    no service or embedded Redis outlives a killed launcher; optionally lower its priority
+    and keep it (and every thread it starts) on `cpus`.
     With `parent_pid` (the forking process's pid, read before the fork) a child whose
     parent died before this call, and so would get no signal, kills itself at once."""
     try:
@@ -26,6 +29,8 @@ def die_with_parent(niceness: int = 0, parent_pid: int | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if niceness:
         os.nice(niceness)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 @contextlib.contextmanager

@@ -109,10 +109,12 @@ class EmbeddedRedis:
         start_timeout: float = 10.0,
         executable: str | None = None,
         aof_rewrite_min_mb: int = AOF_REWRITE_MIN_MB,
+        cpus: tuple[int, ...] = (),  # cores the server may run on; () = any
     ) -> None:
         if aof_rewrite_min_mb < 1:
             raise ValueError(f"aof_rewrite_min_mb must be >= 1, got {aof_rewrite_min_mb}")
         self.aof_rewrite_min_mb = aof_rewrite_min_mb
+        self.cpus = cpus
         self._requested_port = port
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self.appendonly = appendonly
@@ -169,7 +171,7 @@ class EmbeddedRedis:
                 # Own session: a terminal's Ctrl-C (or `timeout`) signals the launcher's
                 # process group; Redis must outlive the services' final writes and stop last.
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=lambda: die_with_parent(cpus=self.cpus),
             )
         self.port = port
         self._wait_ready()

@@ -26,6 +26,18 @@ def arm_env(arm: str) -> tuple[str, dict[str, str]]:
     return precision, env
 
 
+def split_arms(text: str) -> list[str]:
+    """'int8@ACTORQ_X=V,ACTORQ_Y=W,fp32' -> ['int8@ACTORQ_X=V,ACTORQ_Y=W', 'fp32']: a
+    comma followed by another assignment continues the arm before it."""
+    arms: list[str] = []
+    for item in text.split(","):
+        if arms and "@" in arms[-1] and "=" in item and "@" not in item:
+            arms[-1] += "," + item
+        else:
+            arms.append(item)
+    return arms
+
+
 def arm_folder(arm: str) -> str:
     """A folder name for the arm: 'int8@ACTORQ_X=V' -> 'int8-ACTORQ_X-V'."""
     return arm.replace("@", "-").replace("=", "-").replace(",", "-")

@@ -19,6 +19,8 @@ learner's CPU then includes its ingest process, which it waits for at exit).
 `--device-replay-k 0,8` likewise runs the service once per ACTORQ_DEVICE_REPLAY_K (8:
 the replay mirrored on the update's device, 8 device-sampled updates per call; needs a
 captured `--update-path`, e.g. torch-eager on the CPU, cuda-graph on a GPU).
+`--service-env 'ACTORQ_PUBLISH_MIN_SECONDS=0'` (repeatable; comma-separated K=V, empty =
+the defaults) runs the service once per such setting, interleaved like the arms above.
 `--replay prioritized` runs every service arm on prioritized replay (on the ring: its
 priorities on the device); the alone arm is the same update either way.
 `--crowded-alone N` also runs N copies of the alone update at once (N = the cores) and
@@ -116,6 +118,7 @@ def _service(
     run_dir: Path,
     ingest: str = "thread",
     ring_k: str = "0",
+    extra_env: str = "",
 ) -> dict:
     env, hidden, _obs, _out = CASES[algo]
     cmd = [sys.executable, "-m", "actorq", "run", "--algo", algo, "--env", env]
@@ -124,7 +127,7 @@ def _service(
     cmd += ["--target-return", "none", "--max-seconds", str(args.seconds + args.startup)]
     cmd += ["--run-dir", str(run_dir), "--replay", args.replay]
     env = os.environ | {"ACTORQ_INGEST": ingest, "ACTORQ_DEVICE_REPLAY_K": ring_k}
-    env |= {"ACTORQ_UPDATE_PATH": args.update_path}
+    env |= {"ACTORQ_UPDATE_PATH": args.update_path} | _env_arm(extra_env)
     subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800, env=env)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     learning = [r for r in rows if r.get("learner_updates", 0) > 0]
@@ -148,6 +151,15 @@ def _service(
         "wall": summary.get("wall_seconds", 0.0),
         "path": summary.get("learner_update_path"),
     }
+
+
+def _env_arm(text: str) -> dict[str, str]:
+    """`K=V,K2=V2` as a dict (empty: none); a pair without `=` exits naming it."""
+    pairs = [p for p in text.split(",") if p.strip()]
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--service-env: expected K=V pairs, got {pair!r}")
+    return dict(p.strip().split("=", 1) for p in pairs)
 
 
 def _window_update_ms(first: dict, last: dict) -> float:
@@ -204,12 +216,19 @@ def main() -> None:
         help="also run N copies of the alone update at once (N = cores: none idle) and "
         "print the service against that rate too",
     )  # fmt: skip
+    p.add_argument(
+        "--service-env", action="append", default=None, metavar="K=V,...",
+        help="a service arm's extra ACTORQ_* settings (repeat for more arms; '' = defaults)",
+    )  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         print(json.dumps(alone_worker(args.worker, args.devices, args.seconds, args.update_path)))
         return
     algos = args.algos.split(",")
+    env_arms = args.service_env or [""]
+    for arm in env_arms:
+        _env_arm(arm)  # refused before any run
     for algo in algos:
         if algo not in CASES:
             raise SystemExit(f"--algos: {algo!r} is not one of {sorted(CASES)}")
@@ -218,11 +237,11 @@ def main() -> None:
         f"# {args.actors} actor(s), samples per insert {args.samples_per_insert:g}, "
         f"{args.replay} replay"
     )
-    print("| algo | device | path | ingest | ring k | alone upd/s | service upd/s "
+    print("| algo | device | path | ingest | ring k | service env | alone upd/s | service upd/s "
           "| service/alone | env steps/s | learner wait | learner sample | learner update "
           "| update ms service/alone | learner CPU/wall |"
           + (" crowded alone upd/s | service/crowded |" if args.crowded_alone else ""))  # fmt: skip
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    print("|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
           + ("---:|---:|" if args.crowded_alone else ""))  # fmt: skip
     ratios = []
     with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
@@ -236,18 +255,20 @@ def main() -> None:
                         else None
                     )
                     arms = [
-                        (ingest, k)
+                        (ingest, k, extra)
                         for ingest in args.ingest.split(",")
                         for k in args.device_replay_k.split(",")
+                        for extra in env_arms
                     ]
-                    for ingest, k in arms:
-                        run_dir = Path(tmp) / f"{algo}-{device}-{ingest}-{k}-{rnd}"
-                        svc = _service(algo, device, args, run_dir, ingest, k)
+                    for index, (ingest, k, extra) in enumerate(arms):
+                        run_dir = Path(tmp) / f"{algo}-{device}-{rnd}-arm{index}"
+                        svc = _service(algo, device, args, run_dir, ingest, k, extra)
                         ratio = svc["updates_per_s"] / alone["updates_per_s"]
                         ratios.append(ratio)
                         cpu = svc["cpu"].get("learner", 0.0) / max(svc["wall"], 1e-9)
                         print(
                             f"| {algo} | {device} | {svc['path']} | {ingest} | {k} "
+                            f"| {extra or 'defaults'} "
                             f"| {alone['updates_per_s']:,.0f} "
                             f"| {svc['updates_per_s']:,.0f} | {ratio:.2f} "
                             f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "

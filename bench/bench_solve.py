@@ -6,7 +6,8 @@ median per precision (wall seconds, env steps, updates, CPU seconds of all servi
     .venv/bin/python bench/bench_solve.py --seeds 1,2,3,4,5 --precisions int8,sb3-ppo,sb3-dqn
 
 An actorq arm is a precision, optionally with ACTORQ_* variables for that arm's services:
-`--precisions int8,int8@ACTORQ_DQN_FLAT=false` compares the numpy DQN update with torch's.
+`--precisions int8,int8@ACTORQ_DQN_FLAT=false` compares the numpy DQN update with torch's;
+an arm with several settings: `int8@ACTORQ_X=1,ACTORQ_Y=2`.
 
 SB3 contestants (bench/sb3_contestant.py, zoo settings) need stable-baselines3 in the venv:
 `make bench-solve` installs it there; it is never a dependency of actorq itself.
@@ -25,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from arms import arm_env, arm_folder, run_quietly
+from arms import arm_env, arm_folder, run_quietly, split_arms
 
 from actorq.study.stats import table
 
@@ -121,7 +122,7 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
     seeds = [int(s) for s in args.seeds.split(",")]
-    arms = args.precisions.split(",")
+    arms = split_arms(args.precisions)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="actorq-solve-"))
     print(f"# bench_solve {args.env}, target {args.target:g}, CPU {cpu_info()}")
     print(

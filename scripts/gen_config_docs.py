@@ -156,6 +156,12 @@ def _other_variables() -> list[str]:
             "CO2e per kWh, for the carbon estimate (`actorq/energy.py`)",
         ),
         (
+            "ACTORQ_PIN_LEARNER",
+            "off",
+            "`actorq run --pin-learner`'s default: `on` gives a CPU learner cores of its "
+            "own, `off` leaves every process to the scheduler (`actorq/launch/cores.py`)",
+        ),
+        (
             "ACTORQ_RUN_DIR",
             "-",
             "set by `actorq run` for its services (not read as a "

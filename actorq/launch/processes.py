@@ -33,6 +33,7 @@ class ServiceProcess:
     log_path: Path
     grpc_port: int
     niceness: int = 0  # >0 lowers the scheduling priority (actors yield CPU to the learner)
+    cpus: tuple[int, ...] = ()  # cores it may run on (actorq.launch.cores); () = any
     zygote: Zygote | None = field(default=None, repr=False)  # fork from it when set
     # Argv put before the interpreter, e.g. ("ip", "netns", "exec", NS) to start the service
     # in another network namespace (bench_links); it must exec, keeping the pid.
@@ -47,7 +48,9 @@ class ServiceProcess:
         self.final_cpu_seconds = None
         if self.zygote is not None and not self.wrapper:
             env = {**os.environ, **self.env}
-            self.proc = self.zygote.spawn(self.module, env, str(self.log_path), self.niceness)
+            self.proc = self.zygote.spawn(
+                self.module, env, str(self.log_path), self.niceness, self.cpus
+            )
             return
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
@@ -57,7 +60,7 @@ class ServiceProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: die_with_parent(self.niceness),
+            preexec_fn=lambda: die_with_parent(self.niceness, cpus=self.cpus),
         )
         log.close()
 

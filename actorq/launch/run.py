@@ -26,6 +26,7 @@ from actorq.config import ConfigError, RunSettings, redact_url
 from actorq.energy import EnergyMeter, PowerModel
 from actorq.envs import check_backend
 from actorq.launch.budget import what_ends
+from actorq.launch.cores import CoreLayout, learner_on_cpu, pin, plan_cores
 from actorq.launch.final import read_final_records, redis_cpu_seconds
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import append_metrics, write_json
@@ -110,7 +111,10 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     meter = EnergyMeter(PowerModel.from_env())  # bad ACTORQ_WATTS_PER_CORE etc.: exit 2
     _check_learner_device(settings)
     _note_narrow_sparse(settings)
+    layout = plan_cores(settings, learner_on_cpu(settings))
     print(f"actorq run: {what_ends(settings)}", flush=True)
+    if layout is not None:
+        print(f"actorq run: {layout.describe()} (--pin-learner on)", flush=True)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
@@ -124,7 +128,11 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
         if settings.redis_url:
             redis_url = settings.redis_url
         else:
-            embedded = EmbeddedRedis(data_dir=run_dir / "redis", appendonly=True)
+            embedded = EmbeddedRedis(
+                data_dir=run_dir / "redis",
+                appendonly=True,
+                cpus=layout.others if layout is not None else (),
+            )
             embedded.start()
             redis_url = embedded.url
         return _run_cluster(
@@ -139,6 +147,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
             embedded,
             meter,
             zygote,
+            layout,
         )
     finally:
         if embedded is not None:
@@ -187,13 +196,15 @@ def _run_cluster(
     embedded: EmbeddedRedis | None,
     meter: EnergyMeter,
     zygote: Zygote | None,
+    layout: CoreLayout | None,
 ) -> int:
     cluster = _plan(settings, run_dir, redis_url, prefix)
+    pin(cluster, layout)
     for proc in cluster.all:
         proc.zygote = zygote
-    write_json(
-        run_dir / "config.json", _resolved_config(settings, run_dir, prefix, redis_url, cluster)
-    )
+    config = _resolved_config(settings, run_dir, prefix, redis_url, cluster)
+    config["cpu_layout"] = layout.as_dict() if layout is not None else None
+    write_json(run_dir / "config.json", config)
     view = ProgressView(settings, run_dir)
     supervisor = _supervisor(cluster, embedded, view)
     monitor: RunMonitor | None = None

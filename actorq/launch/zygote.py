@@ -9,7 +9,7 @@ milliseconds and the children share the imported pages.
 Fork safety: the zygote stays single-threaded and never runs a torch op or opens a gRPC
 channel before forking (OpenMP and gRPC set up their threads lazily, in the child).
 
-Protocol (JSON lines): the launcher writes {"module", "env", "log", "niceness"} to the
+Protocol (JSON lines): the launcher writes {"module", "env", "log", "niceness", "cpus"} to the
 zygote's stdin; the zygote answers {"pid": N} and, when a child exits, {"exit": N,
 "code": C, "cpu": S} (negative C: killed by signal -C, as subprocess reports it; S: the
 child's user + system CPU seconds up to its exit, from wait4). Children run in
@@ -83,7 +83,8 @@ def _run_child(request: dict, zygote_pid: int) -> None:
     code = 1
     try:
         os.setsid()
-        die_with_parent(int(request.get("niceness", 0)), parent_pid=zygote_pid)
+        niceness, cpus = int(request.get("niceness", 0)), tuple(request.get("cpus", ()))
+        die_with_parent(niceness, parent_pid=zygote_pid, cpus=cpus)
         fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -185,9 +186,13 @@ class Zygote:
         )
         return cls(proc)
 
-    def spawn(self, module: str, env: dict[str, str], log: str, niceness: int) -> ZygoteChild:
-        """Fork `python -m module` with `env`, output appended to `log`; waits for its pid."""
+    def spawn(
+        self, module: str, env: dict[str, str], log: str, niceness: int, cpus: tuple[int, ...] = ()
+    ) -> ZygoteChild:
+        """Fork `python -m module` with `env`, output appended to `log`, on `cpus` (any if
+        empty); waits for its pid."""
         request = {"module": module, "env": env, "log": log, "niceness": niceness}
+        request["cpus"] = list(cpus)
         with self._lock:
             if self._proc.poll() is not None or self._proc.stdin is None:
                 raise RuntimeError(f"the service zygote exited ({self._proc.returncode})")

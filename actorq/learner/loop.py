@@ -34,7 +34,7 @@ from actorq.learner.distributed import (
 )
 from actorq.learner.ingest_process import make_ingest, make_shared_replay
 from actorq.learner.progress_report import ProgressReport
-from actorq.learner.publisher import Snapshot, WeightsPublisher
+from actorq.learner.publisher import PublishPacer, Snapshot, WeightsPublisher
 from actorq.learner.resume import resume, save_checkpoint, sync_from_primary
 from actorq.learner.rlx2 import RLx2Learning
 from actorq.learner.sampling import make_sampler
@@ -81,6 +81,7 @@ class Learner:
         if publisher is None and self.dist.is_primary:
             raise ValueError("the primary learner (rank 0) needs a publisher")
         self.publisher = publisher
+        self.publish_pace = PublishPacer(settings.publish_min_seconds)
         self.algo = _algorithm(settings, algo_config, spec)  # whichever ACTORQ_ALGO names
         self.storage, self.rlx2, shared = _replay_mirror(
             settings, algo_config, spec, self.algo, rlx2
@@ -212,7 +213,7 @@ class Learner:
         updates, due = self.counters.updates, self.update_step.passed  # k updates a call
         if self.settling is not None:
             self.settling.poll(updates)
-        if due(self.s.publish_every):
+        if due(self.s.publish_every) and self.publish_pace.ready():
             snapshot = self._snapshot()
             if self.settling is None or self.settling.admits(snapshot.weights):
                 self.publisher.submit(snapshot)

@@ -40,6 +40,25 @@ class Snapshot:
     weights: dict[str, np.ndarray]
 
 
+class PublishPacer:
+    """At most one publication per `min_seconds` of wall clock (0: no floor). A fast
+    learner would otherwise make dozens of versions a second, each one quantized, stored,
+    fetched and rebuilt by every actor, CPU the learner's own updates then lack."""
+
+    def __init__(self, min_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.min_seconds = min_seconds
+        self._clock = clock
+        self._last = -float("inf")
+
+    def ready(self) -> bool:
+        """True (and the clock restarts) when `min_seconds` passed since the last True."""
+        now = self._clock()
+        if now - self._last < self.min_seconds:
+            return False
+        self._last = now
+        return True
+
+
 class WeightsPublisher:
     """Publishes the newest snapshot; `version` is the last version the quantizer took."""
 

@@ -129,7 +129,8 @@ def _wait_for_updates(run_dir: Path, timeout: float = 120) -> None:
 
 def test_metrics_pages_then_sigterm_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "interrupted"
-    proc = _actorq(["--actors", "1", "--target-return", "none", "--run-dir", str(run_dir)])
+    args = ["--actors", "1", "--target-return", "none", "--pin-learner", "on"]
+    proc = _actorq([*args, "--run-dir", str(run_dir)])
     _wait_for_updates(run_dir)
     services = json.loads((run_dir / "config.json").read_text())["services"]
     actor = _scrape(services["actor-0"]["metrics"])
@@ -146,6 +147,7 @@ def test_metrics_pages_then_sigterm_stops_everything(tmp_path: Path) -> None:
     assert 0 < quantizer["actorq_quantizer_quantization_error_ratio{precision=int8}"] < 0.05
     # redis, quantizer, learner, actor, evaluator (the launcher's own environ lacks the marker)
     assert len(_processes_with(str(run_dir))) >= 5
+    _assert_the_learner_has_a_core_of_its_own(run_dir, launcher=proc.pid)
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output[-2000:]
@@ -153,6 +155,24 @@ def test_metrics_pages_then_sigterm_stops_everything(tmp_path: Path) -> None:
     assert summary["stop_reason"].startswith("interrupted")
     assert (run_dir / "checkpoints" / "checkpoint.pt").exists()
     assert _processes_with(str(run_dir)) == []
+
+
+def _assert_the_learner_has_a_core_of_its_own(run_dir: Path, launcher: int) -> None:
+    """--pin-learner on: the CPU learner runs on the last core this test may use and no
+    other process of the run (Redis included; not the launcher, which mostly sleeps) may
+    run there."""
+    allowed = sorted(os.sched_getaffinity(0))
+    layout = json.loads((run_dir / "config.json").read_text())["cpu_layout"]
+    if len(allowed) < 2:
+        assert layout is None  # nothing would be left for the other services
+        return
+    assert layout == {"learners": [[allowed[-1]]], "others": allowed[:-1]}
+    pids = _processes_with(str(run_dir))
+    learners = [p for p in pids if b"services.learner" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(learners) == 1
+    assert os.sched_getaffinity(learners[0]) == {allowed[-1]}
+    for pid in set(pids) - {*learners, launcher}:
+        assert allowed[-1] not in os.sched_getaffinity(pid), Path(f"/proc/{pid}/cmdline")
 
 
 def test_killed_launcher_leaves_no_orphans(tmp_path: Path) -> None:

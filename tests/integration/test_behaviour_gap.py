@@ -73,7 +73,12 @@ def pendulum_actor(redis_url: str, keys: RedisKeys, client: redis.Redis, address
 def test_td3_learner_weights_learner_side_n_step_rows_of_int8_actors(
     redis_url: str, redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
 ) -> None:
-    run = {"publish_every": 10, "max_updates": 150, "samples_per_insert": 4.0}
+    run = {
+        "publish_every": 10,
+        "publish_min_seconds": 0.0,
+        "max_updates": 150,
+        "samples_per_insert": 4.0,
+    }
     settings = LearnerSettings(
         **services(redis_url, redis_keys, quantizer),
         env_id="Pendulum-v1",

@@ -41,6 +41,7 @@ def _settings(redis_url: str, keys: RedisKeys, address: str, ckpt: Path) -> Lear
         quantizer_addr=address,
         checkpoint_dir=str(ckpt),
         publish_every=20,
+        publish_min_seconds=0.0,
         max_updates=100,
         samples_per_insert=64.0,
     )

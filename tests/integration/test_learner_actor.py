@@ -50,11 +50,11 @@ def _learner(
         hidden=SPEC.hidden,
         quantizer_addr=address,
         checkpoint_dir=str(ckpt),
-        publish_every=10,
         checkpoint_every=1000,
         max_updates=max_updates,
         replay=replay,
-        **{"samples_per_insert": 4.0, **overrides},
+        # publish_min_seconds 0: every 10 updates, however fast the learner
+        **{"samples_per_insert": 4.0, "publish_every": 10, "publish_min_seconds": 0.0} | overrides,
     )
     store = PolicyStore(client, keys)
     publisher = WeightsPublisher(
@@ -145,6 +145,32 @@ def test_transitions_flow_and_versions_advance_then_resume(
     resumed.train()
     resumed.finish()
     assert resumed.counters.updates == 160
+
+
+@pytest.mark.parametrize(("min_seconds", "submitted"), [(0.0, 150), (60.0, 1)])
+def test_publications_wait_for_the_wall_clock_floor(
+    redis_url: str,
+    redis_client: redis.Redis,
+    redis_keys: RedisKeys,
+    quantizer: str,
+    tmp_path: Path,
+    min_seconds: float,
+    submitted: int,
+) -> None:
+    """publish_every 1: without a floor every update submits a snapshot; with a 60 s
+    floor only the first of 150 updates does (the final one is published at finish)."""
+    learner = _learner(
+        redis_url, redis_keys, redis_client, quantizer, tmp_path, threading.Event(), 150,
+        publish_every=1, publish_min_seconds=min_seconds,
+    )  # fmt: skip
+    steps: list[int] = []
+    submit = learner.publisher.submit
+    learner.publisher.submit = lambda snap: (steps.append(snap.learner_step), submit(snap))[1]
+    actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=2000)
+    train_alongside(learner, actor, follower)
+    assert learner.counters.updates == 150
+    assert len(steps) == submitted and steps[0] == 1
+    assert learner.publisher.version >= 2 and learner.publisher.failures == 0
 
 
 def test_prioritized_learner_scores_rows_by_td_error_and_rebuilds_at_max_priority(

@@ -34,8 +34,8 @@ def _learner(url: str, keys: RedisKeys, client: redis.Redis, address: str, ckpt:
              max_updates: int) -> Learner:  # fmt: skip
     settings = LearnerSettings(
         redis_url=url, redis_prefix=keys.prefix, env_id=ENV, quantizer_addr=address,
-        checkpoint_dir=str(ckpt), publish_every=10, max_updates=max_updates,
-        samples_per_insert=4.0, replay_capacity=20_000,
+        checkpoint_dir=str(ckpt), publish_every=10, publish_min_seconds=0.0,
+        max_updates=max_updates, samples_per_insert=4.0, replay_capacity=20_000,
     )  # fmt: skip
     store = PolicyStore(client, keys)
     publisher = WeightsPublisher(

@@ -79,6 +79,7 @@ def sparse_learner(
         checkpoint_dir=str(ckpt),
         checkpoint_every=10_000,
         publish_every=25,
+        publish_min_seconds=0.0,
         max_updates=updates,
         replay_capacity=2000,
         samples_per_insert=100.0,

@@ -49,3 +49,12 @@ def test_stopping_a_bench_stops_its_run_gracefully(tmp_path) -> None:
         return
     os.kill(run_pid, signal.SIGKILL)
     raise AssertionError(f"the run (pid {run_pid}) outlived its bench")
+
+
+def test_an_arm_may_carry_several_settings() -> None:
+    sys.path.insert(0, str(BENCH))
+    from arms import arm_env, split_arms
+
+    arms = split_arms("int8@ACTORQ_X=1,ACTORQ_Y=2,int8,fp32@ACTORQ_Z=3")
+    assert arms == ["int8@ACTORQ_X=1,ACTORQ_Y=2", "int8", "fp32@ACTORQ_Z=3"]
+    assert arm_env(arms[0]) == ("int8", {"ACTORQ_X": "1", "ACTORQ_Y": "2"})
