@@ -166,11 +166,12 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--pin-learner",
         default=os.environ.get("ACTORQ_PIN_LEARNER", d.pin_learner),
-        choices=["on", "off"],
+        choices=["auto", "on", "off"],
         help="on: a CPU learner gets ACTORQ_TORCH_THREADS cores of its own and the other "
         "services the rest, where at least one core is left: faster where the learner sets "
-        "the pace, slower where actors do (BENCHMARKS 20); off: no pinning (default: "
-        "ACTORQ_PIN_LEARNER, else off)",
+        "the pace, slower where actors do (BENCHMARKS 20); auto: the same, but the other "
+        "services share the learner's cores while it mostly waits for data; off: no pinning "
+        "(default: ACTORQ_PIN_LEARNER, else off)",
     )
     p.add_argument(
         "--sparsity-critic", type=float, default=None, help="critic sparsity (default: --sparsity)"

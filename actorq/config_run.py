@@ -63,8 +63,8 @@ class RunSettings:
             f"learners read segments, not replay), got {self.ingest!r} with {self.algo}",
         )
         _check(
-            self.pin_learner in ("on", "off"),
-            f"--pin-learner: expected on or off, got {self.pin_learner!r}",
+            self.pin_learner in ("auto", "on", "off"),
+            f"--pin-learner: expected auto, on or off, got {self.pin_learner!r}",
         )
         _check(1 <= self.learners <= 16, f"--learners: expected 1..16, got {self.learners}")
         _check(

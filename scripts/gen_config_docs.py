@@ -159,7 +159,8 @@ def _other_variables() -> list[str]:
             "ACTORQ_PIN_LEARNER",
             "off",
             "`actorq run --pin-learner`'s default: `on` gives a CPU learner cores of its "
-            "own, `off` leaves every process to the scheduler (`actorq/launch/cores.py`)",
+            "own, `auto` too but shares them while the learner waits for data, `off` leaves "
+            "every process to the scheduler (`actorq/launch/cores.py`)",
         ),
         (
             "ACTORQ_RUN_DIR",

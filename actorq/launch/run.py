@@ -26,7 +26,7 @@ from actorq.config import ConfigError, RunSettings, redact_url
 from actorq.energy import EnergyMeter, PowerModel
 from actorq.envs import check_backend
 from actorq.launch.budget import what_ends
-from actorq.launch.cores import CoreLayout, learner_on_cpu, pin, plan_cores
+from actorq.launch.cores import CoreLayout, CoreSharing, learner_on_cpu, pin, plan_cores
 from actorq.launch.final import read_final_records, redis_cpu_seconds
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import append_metrics, write_json
@@ -114,7 +114,7 @@ def run(settings: RunSettings, zygote: Zygote | None = None) -> int:
     layout = plan_cores(settings, learner_on_cpu(settings))
     print(f"actorq run: {what_ends(settings)}", flush=True)
     if layout is not None:
-        print(f"actorq run: {layout.describe()} (--pin-learner on)", flush=True)
+        print(f"actorq run: {layout.describe()} (--pin-learner {settings.pin_learner})", flush=True)
     password = None  # the embedded Redis has none; an external one may (a mounted file)
     if settings.redis_url:
         password = read_password_file(os.environ.get("ACTORQ_REDIS_PASSWORD_FILE", ""))
@@ -222,7 +222,8 @@ def _run_cluster(
             cluster.evaluator,
             started=started,
         )
-        code = _watch(settings, cluster, supervisor, monitor, view, run_dir, stop)
+        sharing = _core_sharing(settings, cluster, supervisor, layout)
+        code = _watch(settings, cluster, supervisor, monitor, view, run_dir, stop, sharing)
     except RuntimeError as exc:  # a service failed to start
         stop.reason = stop.reason or str(exc)
         code = EXIT_SERVICE_FAILED
@@ -292,6 +293,22 @@ def _start(cluster: _Cluster, view: ProgressView) -> None:
         proc.wait_healthy(180)
 
 
+def _core_sharing(
+    settings: RunSettings, cluster: _Cluster, supervisor: Supervisor, layout: CoreLayout | None
+) -> CoreSharing | None:
+    """--pin-learner auto: the others share the learner's cores while it waits for data."""
+    if layout is None or settings.pin_learner != "auto":
+        return None
+    learners = {id(p) for p in cluster.learners}
+
+    def others() -> list[int]:
+        pids = [p.pid for p in cluster.all if id(p) not in learners and p.exit_code() is None]
+        redis_pid = supervisor.redis.pid if supervisor.redis is not None else None
+        return [pid for pid in [*pids, redis_pid] if pid is not None]
+
+    return CoreSharing(layout, others)
+
+
 def _supervisor(
     cluster: _Cluster, embedded: EmbeddedRedis | None, view: ProgressView
 ) -> Supervisor:
@@ -317,12 +334,18 @@ def _watch(
     view: ProgressView,
     run_dir: Path,
     stop: _StopFlag,
+    sharing: CoreSharing | None = None,
 ) -> int:
     metrics_path = run_dir / "metrics.jsonl"
     pids: dict[str, int | None] = {}
     while not stop.reason:
         time.sleep(0.5)
         sample = monitor.poll()
+        if sharing is not None and monitor.learner.last is not None:
+            change = sharing.observe(monitor.learner.counter("wait_seconds"))
+            if change is not None:
+                log.info("%s", change)
+                view.message(change)
         sample.cpu_seconds = round(sum(p.cpu_seconds() or 0.0 for p in cluster.all), 3)
         append_metrics(metrics_path, sample)
         view.update(sample)

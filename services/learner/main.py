@@ -99,6 +99,7 @@ def _status_fn(learner: Learner, runtime: ServiceRuntime):
                 "replay_inserted": learner.storage.total_added,
                 "replay_rejected": learner.reader.rejected,
                 "wait_fraction": c.wait_fraction(),
+                "wait_seconds": c.wait_seconds,  # `actorq run --pin-learner auto` reads it
                 "sample_fraction": c.sample_fraction(),
                 "update_fraction": c.update_fraction(),
                 "update_ms": c.update_ms(),

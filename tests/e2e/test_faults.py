@@ -147,6 +147,8 @@ class Cluster:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate(timeout=30)
+        if self.proc.stdout is not None:  # a failed wait read it but left it open: its
+            self.proc.stdout.close()  # finalizer would fail whichever test runs next
 
 
 def _alive(pid: int) -> bool:

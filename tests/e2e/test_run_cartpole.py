@@ -175,6 +175,28 @@ def _assert_the_learner_has_a_core_of_its_own(run_dir: Path, launcher: int) -> N
         assert allowed[-1] not in os.sched_getaffinity(pid), Path(f"/proc/{pid}/cmdline")
 
 
+def test_pin_learner_auto_shares_the_learner_core_while_it_waits(tmp_path: Path) -> None:
+    """--pin-learner auto at 1 sample per insert: the learner mostly waits for the actors,
+    so the launcher lets every other process onto the learner's core."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip(f"needs 2 cores to pin a learner beside the rest; this test has {allowed}")
+    run_dir = tmp_path / "shared"
+    args = ["--actors", "1", "--samples-per-insert", "1", "--target-return", "none"]
+    proc = _actorq([*args, "--pin-learner", "auto", "--run-dir", str(run_dir)])
+    deadline, actor_cores = time.monotonic() + 90, set()
+    while time.monotonic() < deadline and actor_cores != set(allowed):
+        time.sleep(0.5)
+        for pid in _processes_with(str(run_dir)):
+            if b"services.actor" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                actor_cores = os.sched_getaffinity(pid)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert f"learner on core(s) {allowed[-1]}" in output, output[-2000:]
+    assert "other services on every core" in output, output[-2000:]
+    assert actor_cores == set(allowed)  # its threads included (the main one is read)
+
+
 def test_killed_launcher_leaves_no_orphans(tmp_path: Path) -> None:
     run_dir = tmp_path / "killed"
     proc = _actorq(["--actors", "1", "--target-return", "none", "--run-dir", str(run_dir)])

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from actorq.config import ConfigError, RunSettings
-from actorq.launch.cores import learner_on_cpu, pin, plan_cores
+from actorq.launch.cores import (
+    CoreSharing,
+    learner_on_cpu,
+    pin,
+    plan_cores,
+    set_process_cores,
+)
 from actorq.launch.plan import _plan
 
 ONE_THREAD = {"ACTORQ_TORCH_THREADS": "1"}
@@ -59,8 +69,8 @@ def test_no_pinning_where_it_does_not_apply(
 
 
 def test_bad_values_are_refused_with_what_is_expected() -> None:
-    with pytest.raises(ConfigError, match=r"--pin-learner: expected on or off, got 'auto'"):
-        RunSettings(pin_learner="auto")
+    with pytest.raises(ConfigError, match=r"--pin-learner: expected auto, on or off, got 'x'"):
+        RunSettings(pin_learner="x")
     with pytest.raises(ConfigError, match=r"ACTORQ_TORCH_THREADS: expected .* got 'two'"):
         plan_cores(PIN, True, {0, 1}, {"ACTORQ_TORCH_THREADS": "two"})
 
@@ -84,3 +94,85 @@ def test_auto_device_counts_as_cpu_only_without_an_nvidia_device_node(tmp_path) 
     (tmp_path / "nvidia0").touch()
     assert not learner_on_cpu(RunSettings(learner_device="auto"), tmp_path)
     assert learner_on_cpu(RunSettings(learner_device="auto", learners=2), tmp_path)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sharing(pids: list[int]) -> tuple[CoreSharing, _Clock, dict[int, tuple[int, ...]]]:
+    layout = plan_cores(PIN, True, {0, 1, 2, 3}, ONE_THREAD)
+    assert layout is not None
+    clock, placed = _Clock(), {}
+    sharing = CoreSharing(
+        layout, lambda: list(pids), patience=3, clock=clock, set_cores=placed.__setitem__
+    )
+    return sharing, clock, placed
+
+
+def _polls(
+    sharing: CoreSharing, clock: _Clock, wait: float, share: float, n: int
+) -> tuple[list, float]:
+    """n polls of 0.5 s in which the learner waited `share` of the time."""
+    said = []
+    for _ in range(n):
+        clock.now += 0.5
+        wait += 0.5 * share
+        said.append(sharing.observe(wait))
+    return said, wait
+
+
+def test_others_share_the_learner_core_while_it_waits_and_leave_when_it_is_busy() -> None:
+    pids = [11, 12]
+    sharing, clock, placed = _sharing(pids)
+    said, wait = _polls(sharing, clock, 0.0, 0.0, 5)  # busy learner: nothing changes
+    assert sharing.exclusive and placed == {11: (0, 1, 2), 12: (0, 1, 2)} and not any(said)
+    said, wait = _polls(sharing, clock, wait, 0.6, 2)  # two waiting polls: not yet
+    assert sharing.exclusive and not any(said)
+    said, wait = _polls(sharing, clock, wait, 0.6, 1)  # the third in a row: share
+    assert not sharing.exclusive and "every core" in said[-1]
+    assert placed == {11: (0, 1, 2, 3), 12: (0, 1, 2, 3)}
+    pids.append(13)  # a restarted service comes up on its start-up cores: put it in line
+    said, wait = _polls(sharing, clock, wait, 0.2, 4)  # between the thresholds: stay
+    assert not sharing.exclusive and placed[13] == (0, 1, 2, 3)
+    said, wait = _polls(sharing, clock, wait, 0.0, 3)  # busy again: back to exclusive
+    assert sharing.exclusive and "back on 0-2" in said[-1] and sharing.switches == 2
+    assert set(placed.values()) == {(0, 1, 2)}
+
+
+def test_one_waiting_poll_among_busy_ones_changes_nothing() -> None:
+    sharing, clock, _ = _sharing([11])
+    wait = 0.0
+    for share in (0.9, 0.0, 0.9, 0.9, 0.0, 0.9):
+        _, wait = _polls(sharing, clock, wait, share, 1)
+    assert sharing.exclusive and sharing.switches == 0
+
+
+def test_set_process_cores_moves_every_thread_of_a_real_process() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip(f"needs 2 cores to move a thread between; this process may use {allowed}")
+    code = "import threading, time\n"
+    code += (
+        "[threading.Thread(target=time.sleep, args=(30,), daemon=True).start() for _ in range(3)]\n"
+    )
+    code += "print('ready', flush=True); time.sleep(30)\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        set_process_cores(child.pid, (allowed[0],))
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) >= 4
+        assert all(os.sched_getaffinity(t) == {allowed[0]} for t in tids)
+        set_process_cores(999_999_999, (allowed[0],))  # gone: skipped, no error
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
