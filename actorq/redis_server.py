@@ -88,6 +88,9 @@ def find_redis_executable() -> str:
     return found
 
 
+RESTART_ATTEMPTS = 3  # EmbeddedRedis.restart: forks of the server before giving up
+
+
 class EmbeddedRedis:
     """A redis-server child process on a free loopback port.
 
@@ -193,7 +196,22 @@ class EmbeddedRedis:
             proc.kill()
         if proc is not None:
             proc.wait()
-        self._start_once(self.executable or find_redis_executable(), self.port)
+        exe = self.executable or find_redis_executable()
+        for attempt in range(RESTART_ATTEMPTS):
+            try:
+                self._start_once(exe, self.port)
+                return
+            except RedisUnavailable:
+                # Seen once in CI: the child died of SIGABRT before exec, in gRPC's fork
+                # handling in the launcher; a second fork succeeds. A lasting cause (the port
+                # taken, a broken log) fails every attempt and is raised.
+                failed, self._proc = self._proc, None
+                if failed is not None and failed.poll() is None:
+                    failed.kill()
+                    failed.wait()
+                if attempt == RESTART_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.2)
 
     def _workdir(self) -> Path:
         if self._data_dir is not None:
