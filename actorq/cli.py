@@ -171,7 +171,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         "services the rest, where at least one core is left: faster where the learner sets "
         "the pace, slower where actors do (BENCHMARKS 20); auto: the same, but the other "
         "services share the learner's cores while it mostly waits for data; off: no pinning "
-        "(default: ACTORQ_PIN_LEARNER, else off)",
+        "(default: ACTORQ_PIN_LEARNER, else auto)",
     )
     p.add_argument(
         "--sparsity-critic", type=float, default=None, help="critic sparsity (default: --sparsity)"

@@ -157,7 +157,7 @@ def _other_variables() -> list[str]:
         ),
         (
             "ACTORQ_PIN_LEARNER",
-            "off",
+            "auto",
             "`actorq run --pin-learner`'s default: `on` gives a CPU learner cores of its "
             "own, `auto` too but shares them while the learner waits for data, `off` leaves "
             "every process to the scheduler (`actorq/launch/cores.py`)",

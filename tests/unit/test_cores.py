@@ -37,6 +37,12 @@ def test_torch_threads_and_ranks_each_get_cores_of_their_own() -> None:
     assert ranks.describe() == "learner on core(s) 13; 14; 15, other services on 0-12"
 
 
+def test_the_default_pins_a_cpu_learner_and_shares_its_core_while_it_waits() -> None:
+    layout = plan_cores(RunSettings(), True, {0, 1}, ONE_THREAD)
+    assert layout is not None and layout.learners == ((1,),) and layout.others == (0,)
+    assert RunSettings().pin_learner == "auto"  # the launcher's CoreSharing applies
+
+
 def test_cores_this_process_may_not_use_are_never_given() -> None:
     layout = plan_cores(PIN, True, {2, 5, 7}, ONE_THREAD)
     assert layout is not None and layout.learners == ((7,),) and layout.others == (2, 5)
@@ -45,7 +51,7 @@ def test_cores_this_process_may_not_use_are_never_given() -> None:
 @pytest.mark.parametrize(
     ("settings", "on_cpu", "cores", "why"),
     [
-        (RunSettings(), True, {0, 1}, "off by default"),
+        (RunSettings(pin_learner="off"), True, {0, 1}, "off when asked"),
         (PIN, False, {0, 1}, "a GPU learner: not measured"),
         (
             RunSettings(ingest="process", pin_learner="on"),
