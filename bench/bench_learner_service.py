@@ -149,6 +149,7 @@ def _service(
         "update_ms": _window_update_ms(first, last),
         "cpu": summary.get("cpu_seconds", {}),
         "wall": summary.get("wall_seconds", 0.0),
+        "updates": summary.get("learner_updates", 0),
         "path": summary.get("learner_update_path"),
     }
 
@@ -239,9 +240,9 @@ def main() -> None:
     )
     print("| algo | device | path | ingest | ring k | service env | alone upd/s | service upd/s "
           "| service/alone | env steps/s | learner wait | learner sample | learner update "
-          "| update ms service/alone | learner CPU/wall |"
+          "| update ms service/alone | learner CPU/wall | learner CPU ms/update |"
           + (" crowded alone upd/s | service/crowded |" if args.crowded_alone else ""))  # fmt: skip
-    print("|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    print("|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
           + ("---:|---:|" if args.crowded_alone else ""))  # fmt: skip
     ratios = []
     with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
@@ -265,7 +266,9 @@ def main() -> None:
                         svc = _service(algo, device, args, run_dir, ingest, k, extra)
                         ratio = svc["updates_per_s"] / alone["updates_per_s"]
                         ratios.append(ratio)
-                        cpu = svc["cpu"].get("learner", 0.0) / max(svc["wall"], 1e-9)
+                        learner_cpu = svc["cpu"].get("learner", 0.0)
+                        cpu = learner_cpu / max(svc["wall"], 1e-9)
+                        per_update = 1e3 * learner_cpu / max(svc["updates"], 1)
                         print(
                             f"| {algo} | {device} | {svc['path']} | {ingest} | {k} "
                             f"| {extra or 'defaults'} "
@@ -274,7 +277,8 @@ def main() -> None:
                             f"| {svc['env_steps_per_s']:,.0f} | {svc['wait']:.2f} "
                             f"| {svc['sample']:.2f} | {svc['update']:.2f} "
                             f"| {svc['update_ms']:.3f} / {1e3 / alone['updates_per_s']:.3f} "
-                            f"| {cpu:.2f} |" + _crowded_cells(crowded, svc["updates_per_s"]),
+                            f"| {cpu:.2f} | {per_update:.3f} |"
+                            + _crowded_cells(crowded, svc["updates_per_s"]),
                             flush=True,
                         )
     print(f"service/alone min {min(ratios):.2f}")

@@ -15,8 +15,12 @@ from actorq.learner.captured import LaggedSubmit
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.device_feed import DeviceFeed
 from actorq.replay import ReplayStorage
+from actorq.replay.sampler import SampleResult
 
 METRICS_EVERY = 10  # updates between Prometheus writes (a scrape sees at most this stale)
+# Batches drawn and gathered at once where the sampler can (uniform replay): one draw of
+# 128 DQN rows cost ~50 us, 15% of a 0.33 ms numpy-flat update; eight at once ~16 us each.
+BATCHES_PER_DRAW = 8
 
 
 class UpdateStep:
@@ -41,6 +45,13 @@ class UpdateStep:
         self._flushed_updates = 0  # updates already counted in the Prometheus counters
         self.feed: DeviceFeed | None = None
         self.k = 1  # updates per call
+        # Prioritized replay draws per update (its priorities change with every update),
+        # RLx2 gathers n-step rows itself: both keep the one-batch draw.
+        self.draws = (
+            SampledBatches(sampler, storage, batch_size, BATCHES_PER_DRAW, rng)
+            if rlx2 is None and hasattr(sampler, "sample_batches")
+            else None
+        )
 
     def use_feed(self, feed: DeviceFeed) -> None:
         """Sample on the device from now on, `feed.k` updates per call."""
@@ -57,11 +68,14 @@ class UpdateStep:
             self._device_sampled(self.feed, newest_version)
             return
         started = time.perf_counter()
-        sample = self.sampler.sample(self.storage, self.batch_size, self.rng)
-        if self.rlx2 is not None:
-            batch = self.rlx2.gather(self.storage, sample.indices, self.correction is not None)
+        if self.draws is not None:
+            sample, batch = self.draws.next()
         else:
-            batch = self.storage.get(sample.indices)
+            sample = self.sampler.sample(self.storage, self.batch_size, self.rng)
+            if self.rlx2 is not None:
+                batch = self.rlx2.gather(self.storage, sample.indices, self.correction is not None)
+            else:
+                batch = self.storage.get(sample.indices)
         self.counters.sample_seconds += time.perf_counter() - started
         weights = sample.weights
         if self.correction is not None:  # truncated IS of the n-step return's actions
@@ -128,6 +142,37 @@ class UpdateStep:
         self.counters.last_loss = loss
         metrics.LEARNER_LOSS.set(loss)
         metrics.LEARNER_Q_MEAN.set(q_mean)
+
+
+class SampledBatches:
+    """Batches for the next `count` updates, drawn and gathered in one go and handed out
+    one at a time: the same distribution as a draw per update, less Python per update.
+    A batch's rows are at most `count - 1` updates older than a fresh draw's would be."""
+
+    def __init__(
+        self, sampler: Any, storage: ReplayStorage, batch_size: int, count: int,
+        rng: np.random.Generator,
+    ) -> None:  # fmt: skip
+        self.sampler, self.storage, self.rng = sampler, storage, rng
+        self.batch_size, self.count = batch_size, count
+        self._sample: SampleResult | None = None
+        self._rows: dict[str, np.ndarray] = {}
+        self._next = count  # the block's next batch; count = drawn out
+
+    def next(self) -> tuple[SampleResult, dict[str, np.ndarray]]:
+        """The next batch: its sample (indices, weights) and its rows (views of the block)."""
+        if self._next == self.count:
+            self._sample = self.sampler.sample_batches(
+                self.storage, self.batch_size, self.count, self.rng
+            )
+            self._rows = self.storage.get(self._sample.indices)
+            self._next = 0
+        assert self._sample is not None
+        rows = slice(self._next * self.batch_size, (self._next + 1) * self.batch_size)
+        self._next += 1
+        drawn = self._sample
+        sample = SampleResult(indices=drawn.indices[rows], weights=drawn.weights[rows])
+        return sample, {name: column[rows] for name, column in self._rows.items()}
 
 
 def crossed(before: int, k: int, every: int) -> bool:

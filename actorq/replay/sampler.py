@@ -71,6 +71,17 @@ class UniformSampler:
         indices = storage.slots(rng.integers(0, size, size=batch_size, dtype=np.int64))
         return SampleResult(indices=indices, weights=np.ones(batch_size, np.float32))
 
+    def sample_batches(
+        self, storage: ReplayStorage, batch_size: int, count: int, rng: np.random.Generator
+    ) -> SampleResult:
+        """`count` batches in one draw, batch j at rows [j * batch_size, (j + 1) *
+        batch_size): distributed as `count` calls of `sample`, for a fraction of their
+        per-call cost (one RNG call, one gather; the learner draws DQN's 128-row batches
+        eight at a time)."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        return UniformSampler.sample(self, storage, batch_size * count, rng)
+
     def update_priorities(
         self,
         indices: np.ndarray,
@@ -122,6 +133,18 @@ class TerminalShareSampler(UniformSampler):
         if terminals.size == 0:
             return result
         result.indices[:count] = terminals[rng.integers(0, terminals.size, size=count)]
+        return result
+
+    def sample_batches(
+        self, storage: ReplayStorage, batch_size: int, count: int, rng: np.random.Generator
+    ) -> SampleResult:
+        """As `UniformSampler.sample_batches`, with the terminal share in every batch."""
+        result = super().sample_batches(storage, batch_size, count, rng)
+        share = math.ceil(self._share * batch_size)
+        terminals = self._terminal_slots(storage) if share else np.zeros(0, np.int64)
+        if terminals.size:  # the first `share` rows of each batch (a view: set in place)
+            picks = rng.integers(0, terminals.size, size=(count, share))
+            result.indices.reshape(count, batch_size)[:, :share] = terminals[picks]
         return result
 
     def _terminal_slots(self, storage: ReplayStorage) -> np.ndarray:

@@ -141,3 +141,25 @@ def test_terminal_share_follows_overwritten_rows() -> None:
 def test_terminal_share_outside_unit_interval_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="terminal share must be in"):
         TerminalShareSampler(share)
+
+
+def test_batches_drawn_at_once_each_get_their_terminal_share() -> None:
+    done = np.zeros(1000, np.bool_)
+    done[[7, 500, 999]] = True
+    storage = storage_with_terminals(done, capacity=1000)
+    result = TerminalShareSampler(0.1).sample_batches(storage, 64, 8, np.random.default_rng(0))
+    assert result.indices.shape == (8 * 64,) and np.all(result.weights == 1.0)
+    per_batch = storage.get(result.indices)["done"].reshape(8, 64)
+    assert per_batch[:, :7].all()  # ceil(0.1 * 64) = 7 terminal rows leading every batch
+    assert per_batch.sum(axis=1).min() >= 7
+
+
+def test_batches_drawn_at_once_are_uniform_over_live_rows() -> None:
+    storage = filled_storage(150, capacity=100)  # 50 rows overwritten: slots by age
+    result = UniformSampler().sample_batches(storage, 100, 40, np.random.default_rng(1))
+    actions = storage.get(result.indices)["action"]  # the insert number of each row
+    assert actions.min() >= 50 and actions.max() <= 149
+    counts = np.bincount(actions - 50, minlength=100)
+    assert counts.min() > 0 and counts.max() < 3 * counts.mean()  # 4,000 draws, 100 rows
+    with pytest.raises(ValueError, match="count must be >= 1, got 0"):
+        UniformSampler().sample_batches(storage, 10, 0, np.random.default_rng(1))

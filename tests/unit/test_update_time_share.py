@@ -13,7 +13,7 @@ from actorq.algos import load_algorithm_config, make_algorithm
 from actorq.algos.capture import apply_update_path
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.device_feed import DeviceFeed
-from actorq.learner.update_step import UpdateStep
+from actorq.learner.update_step import BATCHES_PER_DRAW, UpdateStep
 from actorq.replay import ReplayStorage, TransitionBatch, UniformSampler
 
 OBS, ACTIONS, BATCH = 4, 2, 32
@@ -21,12 +21,20 @@ SAMPLE_DELAY = 0.004  # seconds a slow sampler adds to every draw
 
 
 class SlowSampler(UniformSampler):
-    """A uniform sampler that takes SAMPLE_DELAY longer: sampling time that must not be
-    counted as update time."""
+    """A uniform sampler whose every draw (one batch, or several at once) takes
+    SAMPLE_DELAY longer: sampling time that must not be counted as update time."""
+
+    draws = 0
 
     def sample(self, storage, batch_size, rng):  # type: ignore[no-untyped-def]
+        self.draws += 1
         time.sleep(SAMPLE_DELAY)
         return super().sample(storage, batch_size, rng)
+
+    def sample_batches(self, storage, batch_size, count, rng):  # type: ignore[no-untyped-def]
+        self.draws += 1
+        time.sleep(SAMPLE_DELAY)
+        return super().sample_batches(storage, batch_size, count, rng)
 
 
 def _storage() -> ReplayStorage:
@@ -63,9 +71,10 @@ def test_update_time_is_counted_apart_from_sampling(path: str) -> None:
     for _ in range(calls):
         step(newest_version=1)
     wall = time.perf_counter() - started
-    assert counters.updates == calls
-    assert counters.sample_seconds >= calls * SAMPLE_DELAY  # the slow draws are sampling
-    assert 0 < counters.update_seconds < wall - calls * SAMPLE_DELAY  # ... not updating
+    draws = step.sampler.draws  # type: ignore[attr-defined]
+    assert counters.updates == calls and draws >= calls // BATCHES_PER_DRAW
+    assert counters.sample_seconds >= draws * SAMPLE_DELAY  # the slow draws are sampling
+    assert 0 < counters.update_seconds < wall - draws * SAMPLE_DELAY  # ... not updating
     shares = counters.wait_fraction() + counters.sample_fraction() + counters.update_fraction()
     assert 0 < counters.update_fraction() < 1 and shares <= 1
 

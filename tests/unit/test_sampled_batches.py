@@ -1,0 +1,79 @@
+"""The learner draws uniform batches several at a time (actorq.learner.update_step
+SampledBatches): each update still gets its own batch of rows that belong to its sample,
+the rate limiter still counts one batch per update, prioritized replay keeps its draw per
+update."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from actorq.algos import load_algorithm_config, make_algorithm
+from actorq.learner.counters import LearnerCounters
+from actorq.learner.update_step import BATCHES_PER_DRAW, SampledBatches, UpdateStep
+from actorq.replay import ReplayStorage, TransitionBatch, UniformSampler
+from actorq.replay.prioritized import PrioritizedSampler
+
+OBS, BATCH = 4, 16
+
+
+class CountingStorage(ReplayStorage):
+    """Counts gathers; obs[:, 0] of each row is its slot, so rows can be checked."""
+
+    gathers = 0
+
+    def get(self, indices):  # type: ignore[no-untyped-def]
+        self.gathers += 1
+        return super().get(indices)
+
+
+def _storage(rows: int = 200) -> CountingStorage:
+    storage = CountingStorage(rows, OBS)
+    obs = np.zeros((rows, OBS), np.float32)
+    obs[:, 0] = np.arange(rows)
+    storage.add(
+        TransitionBatch(
+            obs=obs, action=np.arange(rows) % 2, reward=np.zeros(rows, np.float32),
+            next_obs=obs, done=np.zeros(rows, np.bool_), actor_id="a", policy_version=1,
+        )
+    )  # fmt: skip
+    return storage
+
+
+def test_each_batch_holds_the_rows_of_its_own_sample_and_one_gather_serves_several() -> None:
+    storage = _storage()
+    draws = SampledBatches(UniformSampler(), storage, BATCH, 4, np.random.default_rng(0))
+    seen = []
+    for _ in range(8):
+        sample, rows = draws.next()
+        assert sample.indices.shape == (BATCH,) and rows["obs"].shape == (BATCH, OBS)
+        np.testing.assert_array_equal(rows["obs"][:, 0], sample.indices)
+        seen.append(sample.indices)
+    assert storage.gathers == 2  # 8 batches, 4 per draw
+    assert len({tuple(s) for s in seen}) == 8  # no batch handed out twice
+
+
+def test_updates_count_one_batch_each_and_gather_once_per_draw() -> None:
+    storage = _storage()
+    config = load_algorithm_config("dqn", {}, batch_size=BATCH)
+    algo = make_algorithm("dqn", OBS, 2, (8, 8), config, seed=0)
+    counters = LearnerCounters()
+    step = UpdateStep(algo, storage, UniformSampler(), BATCH, counters, np.random.default_rng(1))
+    for _ in range(2 * BATCHES_PER_DRAW + 1):
+        step(newest_version=1)
+    assert counters.updates == 2 * BATCHES_PER_DRAW + 1
+    assert counters.sampled == counters.updates * BATCH  # what the rate limiter counts
+    assert storage.gathers == 3
+
+
+def test_prioritized_replay_draws_per_update() -> None:
+    config = load_algorithm_config("dqn", {}, batch_size=BATCH)
+    algo = make_algorithm("dqn", OBS, 2, (8, 8), config, seed=0)
+    storage = _storage()
+    sampler = PrioritizedSampler(200)
+    sampler.on_insert(np.arange(200))
+    counters = LearnerCounters()
+    step = UpdateStep(algo, storage, sampler, BATCH, counters, np.random.default_rng(1))
+    assert step.draws is None
+    for _ in range(3):
+        step(newest_version=1)
+    assert storage.gathers == 3
