@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
+import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _PR_SET_PDEATHSIG = 1
 
@@ -31,6 +33,32 @@ def die_with_parent(
         os.nice(niceness)
     if cpus:
         os.sched_setaffinity(0, cpus)
+
+
+def bound_to_parent(
+    niceness: int = 0, cpus: tuple[int, ...] = ()
+) -> tuple[list[str], Callable[[], None] | None]:
+    """(command prefix, preexec_fn) for `subprocess.Popen` giving a child what
+    `die_with_parent` does: util-linux's `setpriv --pdeathsig KILL`, coreutils' `nice` and
+    util-linux's `taskset`, each exec'ing the next, so the child's pid is the program's
+    own; where one is missing, no prefix and `die_with_parent` as the preexec_fn.
+
+    Why not always the preexec_fn: it forces a full fork() and runs Python in the child of
+    a launcher whose gRPC threads are live; one such child (an embedded Redis) died of
+    SIGABRT before exec, in gRPC's fork handling. Without a preexec_fn subprocess uses
+    vfork + exec: no fork handlers, no Python in the child."""
+    wanted = [["setpriv", "--pdeathsig", "KILL", "--"]]
+    if niceness:
+        wanted.append(["nice", "-n", str(niceness)])
+    if cpus:
+        wanted.append(["taskset", "--cpu-list", ",".join(map(str, cpus))])
+    prefix = []
+    for tool, *args in wanted:
+        path = shutil.which(tool)
+        if path is None:
+            return [], functools.partial(die_with_parent, niceness, cpus=cpus)
+        prefix += [path, *args]
+    return prefix, None
 
 
 @contextlib.contextmanager

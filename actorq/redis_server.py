@@ -21,7 +21,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError, NoPermissi
 from redis.retry import Retry
 
 from actorq.config import redact_url
-from actorq.procutil import die_with_parent, stop_child
+from actorq.procutil import bound_to_parent, stop_child
 
 _HOST = "127.0.0.1"
 AOF_REWRITE_MIN_MB = 32
@@ -165,16 +165,17 @@ class EmbeddedRedis:
         args += ["--auto-aof-rewrite-min-size", f"{self.aof_rewrite_min_mb}mb"]
         args += ["--auto-aof-rewrite-percentage", "50", "--aof-use-rdb-preamble", "yes"]
         args += ["--dir", str(data_dir), "--daemonize", "no"]
+        prefix, preexec = bound_to_parent(cpus=self.cpus)
         with open(self._log_path, "wb") as log_file:
             self._proc = subprocess.Popen(
-                args,
+                prefix + args,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 # Own session: a terminal's Ctrl-C (or `timeout`) signals the launcher's
                 # process group; Redis must outlive the services' final writes and stop last.
                 start_new_session=True,
-                preexec_fn=lambda: die_with_parent(cpus=self.cpus),
+                preexec_fn=preexec,
             )
         self.port = port
         self._wait_ready()
@@ -202,9 +203,11 @@ class EmbeddedRedis:
                 self._start_once(exe, self.port)
                 return
             except RedisUnavailable:
-                # Seen once in CI: the child died of SIGABRT before exec, in gRPC's fork
-                # handling in the launcher; a second fork succeeds. A lasting cause (the port
-                # taken, a broken log) fails every attempt and is raised.
+                # Seen once in CI (when the child ran a Python preexec_fn, see
+                # procutil.bound_to_parent):
+                # it died of SIGABRT before exec, in gRPC's fork handling in the launcher; a
+                # second fork succeeded. A lasting cause (the port taken, a broken log)
+                # fails every attempt and is raised.
                 failed, self._proc = self._proc, None
                 if failed is not None and failed.poll() is None:
                     failed.kill()

@@ -19,7 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from actorq.launch.zygote import Zygote, ZygoteChild
-from actorq.procutil import die_with_parent
+from actorq.procutil import bound_to_parent
 from actorq.rpc import make_channel
 
 
@@ -53,14 +53,15 @@ class ServiceProcess:
             )
             return
         log = self.log_path.open("ab")
+        prefix, preexec = bound_to_parent(self.niceness, self.cpus)
         self.proc = subprocess.Popen(
-            [*self.wrapper, sys.executable, "-m", self.module],
+            [*prefix, *self.wrapper, sys.executable, "-m", self.module],
             env={**os.environ, **self.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: die_with_parent(self.niceness, cpus=self.cpus),
+            preexec_fn=preexec,
         )
         log.close()
 

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 
-from actorq.procutil import die_with_parent
+from actorq.procutil import bound_to_parent, die_with_parent
 
 # What the services import before their main() runs; everything else imports in the child.
 PRELOAD = (
@@ -177,12 +177,13 @@ class Zygote:
             raise ValueError(f"{LAUNCH_MODE_VAR}={mode!r}: expected 'fork' or 'spawn'")
         if mode == "spawn":
             return None
+        prefix, preexec = bound_to_parent()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "actorq.launch.zygote", *preload],
+            [*prefix, sys.executable, "-m", "actorq.launch.zygote", *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=preexec,
         )
         return cls(proc)
 
