@@ -58,8 +58,11 @@ services:
   {name}:
     image: {image}
     init: {init}
-    # A service as PID 1 (python): without an init it never reaps adopted children.
-    command: ["python", "-c", "import time; time.sleep(3600)"]
+    # A service as PID 1 (python): without an init it never reaps adopted children. It
+    # exits on SIGTERM (PID 1 has no default action for it): else `down` waits out its
+    # 60 s stop timeout on the no-init stack.
+    command: ["python", "-c", "import signal, sys, time; signal.signal(signal.SIGTERM,
+              lambda *_: sys.exit(0)); time.sleep(3600)"]
     healthcheck:
       # The probe starts a child and runs past the 1 s timeout; both end within 3 s.
       test: ["CMD", "bash", "-c", "sleep 1 & exec sleep 3"]
