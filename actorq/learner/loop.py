@@ -218,7 +218,7 @@ class Learner:
             if self.settling is None or self.settling.admits(snapshot.weights):
                 self.publisher.submit(snapshot)
         if due(10):
-            self.report.request(updates)
+            self.report.request_paced(updates)
         if self.checkpointer is not None and due(self.s.checkpoint_every):
             self.checkpoint()
 

@@ -1,6 +1,7 @@
 """ProgressReport against a real Redis: what the training thread requests reaches Redis
 within half a second, the newest request wins, a repeated request is written again
-(after a failed write), and close stops the reporter thread."""
+(after a failed write), a busy learner reports at most once per REPORT_MIN_SECONDS while
+an idle one reports at once, and close stops the reporter thread."""
 
 from __future__ import annotations
 
@@ -55,3 +56,26 @@ def test_a_repeated_request_is_written_again(
         _wait_for(redis_client, redis_keys.learner_updates, 5)
     finally:
         report.close()
+
+
+def test_a_busy_learner_reports_at_most_once_per_floor_an_idle_one_at_once(
+    redis_client: redis.Redis, redis_keys: RedisKeys
+) -> None:
+    report = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=60.0)
+    try:
+        report.request_paced(10)
+        _wait_for(redis_client, redis_keys.learner_updates, 10)
+        report.request_paced(20)  # within the floor: dropped
+        time.sleep(0.3)
+        assert redis_client.get(redis_keys.learner_updates) == b"10"
+        report.request(30)  # the idle path is never paced
+        _wait_for(redis_client, redis_keys.learner_updates, 30)
+    finally:
+        report.close()
+    unpaced = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=0.0)
+    try:
+        for updates in (40, 50):
+            unpaced.request_paced(updates)
+            _wait_for(redis_client, redis_keys.learner_updates, updates)
+    finally:
+        unpaced.close()
