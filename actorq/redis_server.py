@@ -203,11 +203,10 @@ class EmbeddedRedis:
                 self._start_once(exe, self.port)
                 return
             except RedisUnavailable:
-                # Seen once in CI (when the child ran a Python preexec_fn, see
-                # procutil.bound_to_parent):
-                # it died of SIGABRT before exec, in gRPC's fork handling in the launcher; a
-                # second fork succeeded. A lasting cause (the port taken, a broken log)
-                # fails every attempt and is raised.
+                # Seen once in CI, when the child still ran a Python preexec_fn
+                # (procutil.bound_to_parent): it died of SIGABRT before exec, in gRPC's fork
+                # handling in the launcher; a second fork succeeded. A lasting cause (the
+                # port taken, a broken log) fails every attempt and is raised.
                 failed, self._proc = self._proc, None
                 if failed is not None and failed.poll() is None:
                     failed.kill()

@@ -125,15 +125,7 @@ class TerminalShareSampler(UniformSampler):
     def sample(
         self, storage: ReplayStorage, batch_size: int, rng: np.random.Generator
     ) -> SampleResult:
-        result = super().sample(storage, batch_size, rng)
-        count = math.ceil(self._share * batch_size)
-        if count == 0:
-            return result
-        terminals = self._terminal_slots(storage)
-        if terminals.size == 0:
-            return result
-        result.indices[:count] = terminals[rng.integers(0, terminals.size, size=count)]
-        return result
+        return self.sample_batches(storage, batch_size, 1, rng)
 
     def sample_batches(
         self, storage: ReplayStorage, batch_size: int, count: int, rng: np.random.Generator
