@@ -89,7 +89,11 @@ class Learner:
         self.sampler = make_sampler(settings)
         # Behaviour vs learner gap on sampled rows; n-step importance weights when asked.
         self.behaviour = BehaviourMonitor(
-            self.algo, is_continuous(settings.algo), settings.noise_sigma, settings.gap_every
+            self.algo,
+            is_continuous(settings.algo),
+            settings.noise_sigma,
+            settings.gap_every,
+            settings.gap_min_seconds,
         )
         self.correction = nstep_correction(
             settings.algo, algo_config, self.algo, (rlx2 or SparseTrainingConfig()).delayed_nstep,

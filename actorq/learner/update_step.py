@@ -108,7 +108,7 @@ class UpdateStep:
         self.counters.sample_seconds += time.perf_counter() - started
         before, k = self.counters.updates, self.k
         host_batch = None
-        gap_due = self.behaviour is not None and crossed(before, k, self.behaviour.every)
+        gap_due = self.behaviour is not None and self.behaviour.due(k)
         if gap_due or crossed(before, k, METRICS_EVERY):
             sample = self.sampler.sample(self.storage, self.batch_size, self.rng)
             host_batch = self.storage.get(sample.indices)

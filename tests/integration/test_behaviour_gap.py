@@ -32,7 +32,15 @@ def test_learner_reports_the_gap_of_int8_dqn_actors(
 ) -> None:
     stop = threading.Event()
     learner = _learner(
-        redis_url, redis_keys, redis_client, quantizer, tmp_path, stop, 120, gap_every=1
+        redis_url,
+        redis_keys,
+        redis_client,
+        quantizer,
+        tmp_path,
+        stop,
+        120,
+        gap_every=1,
+        gap_min_seconds=0.0,  # every batch, however fast the learner
     )
     actor, follower = _actor(redis_url, redis_keys, redis_client, quantizer, steps=2000)
     train_alongside(learner, actor, follower)
@@ -86,6 +94,7 @@ def test_td3_learner_weights_learner_side_n_step_rows_of_int8_actors(
         hidden=PENDULUM.hidden,
         **run,
         gap_every=1,
+        gap_min_seconds=0.0,
         noise_sigma=0.2,  # the actors' sigma
     )
     store = PolicyStore(redis_client, redis_keys)

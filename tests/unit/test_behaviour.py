@@ -11,7 +11,7 @@ from scipy import stats
 from actorq.actor.nstep import NStepAccumulator
 from actorq.algos.ddpg import DDPGConfig
 from actorq.algos.sac import SACConfig
-from actorq.config import ConfigError
+from actorq.config import ConfigError, LearnerSettings
 from actorq.exploration import (
     clipped_gaussian_logp,
     epsilon_from_logp,
@@ -198,6 +198,27 @@ def test_monitor_counts_rows_without_behaviour_as_unmeasured() -> None:
     assert "behaviour_gap" not in status  # not measured: not reported as zero
 
 
+def test_the_monitor_measures_every_nth_batch_at_most_once_per_floor() -> None:
+    now = [0.0]
+    monitor = BehaviourMonitor(ShiftedPolicy({}), True, SIGMA, every=2, min_seconds=1.0,
+                               clock=lambda: now[0])  # fmt: skip
+    assert [monitor.due() for _ in range(3)] == [True, False, False]  # the floor holds the 3rd
+    now[0] = 1.0
+    assert [monitor.due() for _ in range(3)] == [True, False, False]  # 2 batches on, and 1 s
+    now[0] = 5.0
+    assert monitor.due() is True  # the count since the last measurement, not multiples
+    assert monitor.due(3) is False  # k device-sampled batches count as k, floor or not
+    now[0] = 9.0
+    assert monitor.due(2) is True
+
+
+def test_without_a_floor_the_monitor_measures_batches_1_then_every_nth() -> None:
+    monitor = BehaviourMonitor(ShiftedPolicy({}), True, SIGMA, every=3)
+    assert [i for i in range(1, 11) if monitor.due()] == [1, 4, 7, 10]
+    never = BehaviourMonitor(ShiftedPolicy({}), True, SIGMA, every=0)
+    assert not any(never.due() for _ in range(5))
+
+
 # --- n-step importance weights -----------------------------------------------------------
 def episode_storage(means: list[float], actions: list[float]) -> ReplayStorage:
     """One episode of 1-d obs t -> t + 1, action and behaviour mean per step, linked."""
@@ -300,3 +321,9 @@ def test_dqn_correction_needs_n_step() -> None:
     assert nstep_correction("dqn", DQNConfig(n_step=3, is_correction=True), None, 1, 0.1) is None
     with pytest.raises(ConfigError, match="ACTORQ_DQN_N_STEP > 1"):
         nstep_correction("dqn", DQNConfig(is_correction=True), None, 1, 0.1)
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan")])
+def test_a_negative_or_nan_gap_floor_is_refused_naming_it(bad: float) -> None:
+    with pytest.raises(ConfigError, match=r"gap_min_seconds: expected a number of seconds >= 0"):
+        LearnerSettings(gap_min_seconds=bad)
