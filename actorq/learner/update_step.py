@@ -11,6 +11,7 @@ import numpy as np
 
 from actorq import metrics
 from actorq.algos.capture import captured_runner
+from actorq.algos.dqn_update import BATCH_KEYS
 from actorq.learner.captured import LaggedSubmit
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.device_feed import DeviceFeed
@@ -21,6 +22,10 @@ METRICS_EVERY = 10  # updates between Prometheus writes (a scrape sees at most t
 # Batches drawn and gathered at once where the sampler can (uniform replay): one draw of
 # 128 DQN rows cost ~50 us, 15% of a 0.33 ms numpy-flat update; eight at once ~16 us each.
 BATCHES_PER_DRAW = 8
+# What those blocks gather: the update's columns. The bookkeeping ones (policy version,
+# behaviour) are read for the few batches that are measured: in the service each row and
+# column of a random gather is a cache miss, and they were 4 of 10 columns.
+UPDATE_COLUMNS = (*BATCH_KEYS, "steps")
 
 
 class UpdateStep:
@@ -48,8 +53,8 @@ class UpdateStep:
         # Prioritized replay draws per update (its priorities change with every update),
         # RLx2 gathers n-step rows itself: both keep the one-batch draw.
         self.draws = (
-            SampledBatches(sampler, storage, batch_size, BATCHES_PER_DRAW, rng)
-            if rlx2 is None and hasattr(sampler, "sample_batches")
+            SampledBatches(sampler, storage, batch_size, BATCHES_PER_DRAW, rng, UPDATE_COLUMNS)
+            if rlx2 is None and correction is None and hasattr(sampler, "sample_batches")
             else None
         )
 
@@ -80,8 +85,8 @@ class UpdateStep:
         weights = sample.weights
         if self.correction is not None:  # truncated IS of the n-step return's actions
             weights = weights * self.correction.weights(batch)
-        if self.behaviour is not None:  # before the update: the actors' gap
-            self.behaviour.maybe_measure(batch, newest_version)
+        if self.behaviour is not None and self.behaviour.due():  # before the update
+            self.behaviour.measure(self._all_columns(sample, batch), newest_version)
         runner = captured_runner(self.algo)
         started = time.perf_counter()
         if runner is not None and self.rlx2 is None:
@@ -98,7 +103,15 @@ class UpdateStep:
         self.counters.updates += 1
         self.counters.sampled += self.batch_size
         if self.counters.updates % METRICS_EVERY == 0:
-            self.flush_metrics(batch, newest_version)
+            self.flush_metrics(self._all_columns(sample, batch), newest_version)
+
+    def _all_columns(self, sample: SampleResult, batch: dict[str, np.ndarray]) -> dict:
+        """`batch`, or where it holds only the update's columns every column of its rows,
+        read again (each row whole as it is now: a row the ring overwrote since is
+        measured as the newer transition, never as a mix of two)."""
+        if "policy_version" in batch:
+            return batch
+        return self.storage.get(sample.indices)
 
     def _device_sampled(self, feed: DeviceFeed, newest_version: int | None) -> None:
         """k updates on batches the device draws from its ring; a host sample only when
@@ -151,10 +164,10 @@ class SampledBatches:
 
     def __init__(
         self, sampler: Any, storage: ReplayStorage, batch_size: int, count: int,
-        rng: np.random.Generator,
+        rng: np.random.Generator, columns: tuple[str, ...] | None = None,
     ) -> None:  # fmt: skip
         self.sampler, self.storage, self.rng = sampler, storage, rng
-        self.batch_size, self.count = batch_size, count
+        self.batch_size, self.count, self.columns = batch_size, count, columns
         self._sample: SampleResult | None = None
         self._rows: dict[str, np.ndarray] = {}
         self._next = count  # the block's next batch; count = drawn out
@@ -165,7 +178,7 @@ class SampledBatches:
             self._sample = self.sampler.sample_batches(
                 self.storage, self.batch_size, self.count, self.rng
             )
-            self._rows = self.storage.get(self._sample.indices)
+            self._rows = self.storage.get(self._sample.indices, self.columns)
             self._next = 0
         assert self._sample is not None
         rows = slice(self._next * self.batch_size, (self._next + 1) * self.batch_size)

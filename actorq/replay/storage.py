@@ -245,13 +245,17 @@ class ReplayStorage:
             if first < count:
                 col[: count - first] = value[first:] if is_array else value  # type: ignore[index]
 
-    def get(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        """Copies of the rows at `indices`, keyed by column name (see `COLUMNS`)."""
+    def get(
+        self, indices: np.ndarray, columns: tuple[str, ...] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Copies of the rows at `indices`, keyed by column name: every one of `COLUMNS`,
+        or only `columns` (a random gather's cost is a cache miss per row and column)."""
         idx = np.asarray(indices, dtype=np.int64)
+        names = self._cols.keys() if columns is None else columns
         with self._lock:
             self._check_slots(idx)
             # take() gathers rows about 1.6x faster than fancy indexing on a 1M-row buffer
-            return {name: col.take(idx, axis=0) for name, col in self._cols.items()}
+            return {name: self._cols[name].take(idx, axis=0) for name in names}
 
     def get_nstep(
         self, indices: np.ndarray, n: int, gamma: float, trace: bool = False

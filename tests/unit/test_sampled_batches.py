@@ -8,8 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from actorq.algos import load_algorithm_config, make_algorithm
+from actorq.learner.behaviour import BehaviourMonitor
 from actorq.learner.counters import LearnerCounters
-from actorq.learner.update_step import BATCHES_PER_DRAW, SampledBatches, UpdateStep
+from actorq.learner.update_step import (
+    BATCHES_PER_DRAW,
+    UPDATE_COLUMNS,
+    SampledBatches,
+    UpdateStep,
+)
 from actorq.replay import ReplayStorage, TransitionBatch, UniformSampler
 from actorq.replay.prioritized import PrioritizedSampler
 
@@ -17,13 +23,17 @@ OBS, BATCH = 4, 16
 
 
 class CountingStorage(ReplayStorage):
-    """Counts gathers; obs[:, 0] of each row is its slot, so rows can be checked."""
+    """Counts gathers of the update's columns; obs[:, 0] of each row is its slot, so rows
+    can be checked; `whole` counts gathers of every column (the bookkeeping's)."""
 
-    gathers = 0
+    gathers = whole = 0
 
-    def get(self, indices):  # type: ignore[no-untyped-def]
-        self.gathers += 1
-        return super().get(indices)
+    def get(self, indices, columns=None):  # type: ignore[no-untyped-def]
+        if columns is None:
+            self.whole += 1
+        else:
+            self.gathers += 1
+        return super().get(indices, columns)
 
 
 def _storage(rows: int = 200) -> CountingStorage:
@@ -41,12 +51,15 @@ def _storage(rows: int = 200) -> CountingStorage:
 
 def test_each_batch_holds_the_rows_of_its_own_sample_and_one_gather_serves_several() -> None:
     storage = _storage()
-    draws = SampledBatches(UniformSampler(), storage, BATCH, 4, np.random.default_rng(0))
+    draws = SampledBatches(
+        UniformSampler(), storage, BATCH, 4, np.random.default_rng(0), UPDATE_COLUMNS
+    )
     seen = []
     for _ in range(8):
         sample, rows = draws.next()
         assert sample.indices.shape == (BATCH,) and rows["obs"].shape == (BATCH, OBS)
         np.testing.assert_array_equal(rows["obs"][:, 0], sample.indices)
+        assert set(rows) == set(UPDATE_COLUMNS)  # the bookkeeping columns are not gathered
         seen.append(sample.indices)
     assert storage.gathers == 2  # 8 batches, 4 per draw
     assert len({tuple(s) for s in seen}) == 8  # no batch handed out twice
@@ -57,12 +70,19 @@ def test_updates_count_one_batch_each_and_gather_once_per_draw() -> None:
     config = load_algorithm_config("dqn", {}, batch_size=BATCH)
     algo = make_algorithm("dqn", OBS, 2, (8, 8), config, seed=0)
     counters = LearnerCounters()
-    step = UpdateStep(algo, storage, UniformSampler(), BATCH, counters, np.random.default_rng(1))
+    gap = BehaviourMonitor(algo, continuous=False, sigma=0.0, every=50)
+    step = UpdateStep(
+        algo, storage, UniformSampler(), BATCH, counters, np.random.default_rng(1), behaviour=gap
+    )
     for _ in range(2 * BATCHES_PER_DRAW + 1):
         step(newest_version=1)
     assert counters.updates == 2 * BATCHES_PER_DRAW + 1
     assert counters.sampled == counters.updates * BATCH  # what the rate limiter counts
     assert storage.gathers == 3
+    # Whole rows only where measured: the gap on batch 1 (every 50th), the sample lag
+    # on batch 10 (every METRICS_EVERY-th)
+    assert storage.whole == 2
+    assert sum(gap.rows.values()) == BATCH  # the gap read whole rows of one batch
 
 
 def test_prioritized_replay_draws_per_update() -> None:
@@ -76,4 +96,4 @@ def test_prioritized_replay_draws_per_update() -> None:
     assert step.draws is None
     for _ in range(3):
         step(newest_version=1)
-    assert storage.gathers == 3
+    assert storage.whole == 3
