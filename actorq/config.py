@@ -248,7 +248,7 @@ class LearnerSettings(CommonSettings):
     publish_every: int = 50  # learner updates between policy publications
     # ...and at least this many seconds between them (off-policy; 0 = no floor): a learner
     # making thousands of updates/s would otherwise publish dozens of versions a second,
-    # each quantized, fetched and rebuilt by every actor (BENCHMARKS 20d and 20e).
+    # each quantized, fetched and rebuilt by every actor (BENCHMARKS 20).
     publish_min_seconds: float = 0.1
     checkpoint_dir: str = ""  # empty = no checkpoints
     checkpoint_every: int = 5000  # learner updates between checkpoints
