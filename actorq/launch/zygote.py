@@ -232,7 +232,10 @@ class Zygote:
         """No more services: the zygote reports the last exits and ends."""
         with self._lock:
             if self._proc.stdin is not None and not self._proc.stdin.closed:
-                self._proc.stdin.close()
+                # A zygote killed from outside leaves a request its failed spawn buffered:
+                # closing flushes it into the dead pipe (the file is closed all the same).
+                with contextlib.suppress(BrokenPipeError):
+                    self._proc.stdin.close()
         try:
             self._proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -146,3 +146,14 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_close_after_the_zygote_was_killed_with_a_request_still_buffered() -> None:
+    z = Zygote.start(LIGHT)
+    assert z is not None
+    os.kill(z._proc.pid, signal.SIGKILL)
+    z._proc.wait()
+    assert z._proc.stdin is not None
+    z._proc.stdin.write(b'{"module": "x"}\n')  # what a spawn racing the kill leaves behind
+    z.close()  # flushing into the dead pipe must not raise
+    assert z._proc.stdin.closed
