@@ -198,8 +198,12 @@ QUANTIZER_DELTA_RATIO = Histogram(
 
 # --- learner ----------------------------------------------------------------------------
 LEARNER_UPDATES = Counter("actorq_learner_updates_total", "Gradient updates.")
-LEARNER_LOSS = Gauge("actorq_learner_loss", "TD loss of the latest update.")
-LEARNER_Q_MEAN = Gauge("actorq_learner_q_mean", "Mean Q-value of the latest batch.")
+LEARNER_LOSS = Gauge(
+    "actorq_learner_loss", "Loss of the latest update written (off-policy: every 10th update)."
+)
+LEARNER_Q_MEAN = Gauge(
+    "actorq_learner_q_mean", "Mean Q-value of the latest batch written (every 10th update)."
+)
 LEARNER_POLICY_VERSION = Gauge("actorq_learner_policy_version", "Newest published version.")
 LEARNER_REPLAY_SIZE = Gauge("actorq_learner_replay_size", "Transitions in the local replay mirror.")
 LEARNER_REPLAY_INSERTED = Counter(

@@ -39,7 +39,7 @@ from actorq.learner.resume import resume, save_checkpoint, sync_from_primary
 from actorq.learner.rlx2 import RLx2Learning
 from actorq.learner.sampling import make_sampler
 from actorq.learner.settle import Settling
-from actorq.learner.update_step import UpdateStep
+from actorq.learner.update_step import HOST_UPDATES_PER_CALL, UpdateStep
 from actorq.models import MLPSpec
 from actorq.models.cnn import CNNSpec
 from actorq.redis_keys import RedisKeys
@@ -172,18 +172,41 @@ class Learner:
             )
             if stopping:
                 return
-            if not (all_have_data and self._can_sample(inserted)):
+            allowed = self._updates_allowed(inserted) if all_have_data else 0
+            if allowed == 0:
                 self._idle()
                 continue
-            self._update()
+            self._update(allowed)
             self._periodic()
 
     def _budget_spent(self) -> bool:
         return bool(self.s.max_updates) and self.counters.updates >= self.s.max_updates
 
-    def _can_sample(self, group_inserted: int) -> bool:
-        batches = self.group_batch * self.update_step.k  # k per call on a device feed
-        return self.limiter.can_sample(group_inserted, self.group_sampled, batches)
+    def _updates_allowed(self, group_inserted: int) -> int:
+        """Updates the next call may run: a device feed's k or none; on the host up to
+        HOST_UPDATES_PER_CALL as the rate limiter admits them one by one (one at a time
+        with parallel learners: each update is an all-reduce every rank must join)."""
+        step, sampled = self.update_step, self.group_sampled
+        if step.feed is not None or self.dist.world_size > 1:
+            batches = self.group_batch * step.k
+            return step.k if self.limiter.can_sample(group_inserted, sampled, batches) else 0
+        most = min(HOST_UPDATES_PER_CALL, self._until_due())
+        cost = self.group_batch + self._credit()  # what one update counts
+        return self.limiter.batches_allowed(group_inserted, sampled, cost, max(most, 0))
+
+    def _until_due(self) -> int:
+        """Updates until the next one that publishes, checkpoints or ends the budget: a
+        call stops there, so those happen on the same update as one update a call."""
+        done = self.counters.updates
+        left = [every - done % every for every in (self.s.publish_every, self.s.checkpoint_every)]
+        if self.s.max_updates:
+            left.append(self.s.max_updates - done)
+        return min(left)
+
+    def _credit(self) -> int:
+        """Transitions credited per update on top of its batch (settled: a lower ratio)."""
+        settled = self.settling is not None and self.settling.settled_at is not None
+        return self.settling.credit if settled else 0  # type: ignore[union-attr]
 
     @property
     def group_sampled(self) -> int:
@@ -206,15 +229,15 @@ class Learner:
         self.counters.wait_seconds += waited
         metrics.LEARNER_WAIT_SECONDS.inc(waited)
 
-    def _update(self) -> None:
-        self.update_step(self.publisher.version if self.publisher is not None else None)
-        if self.settling is not None and self.settling.settled_at is not None:
-            self.counters.credited += self.settling.credit * self.update_step.k
+    def _update(self, most: int) -> None:
+        newest = self.publisher.version if self.publisher is not None else None
+        done = self.update_step(newest, most)
+        self.counters.credited += self._credit() * done
 
     def _periodic(self) -> None:
         if self.publisher is None:  # ranks > 0 only train; rank 0 speaks for the group
             return
-        updates, due = self.counters.updates, self.update_step.passed  # k updates a call
+        updates, due = self.counters.updates, self.update_step.passed  # several a call
         if self.settling is not None:
             self.settling.poll(updates)
         if due(self.s.publish_every) and self.publish_pace.ready():

@@ -58,6 +58,23 @@ class SampleToInsertRatio:
         diff = inserted * self.samples_per_insert - sampled - batch_size
         return diff >= self.min_diff
 
+    def batches_allowed(self, inserted: int, sampled: int, batch_size: int, most: int) -> int:
+        """How many batches of `batch_size` (0 to `most`) may be sampled one after another:
+        as many as `can_sample` would admit one at a time, each counted as sampled."""
+        _check_counts(inserted, sampled, batch_size, "batch_size")
+        if most < 0:
+            raise ValueError(f"most must be >= 0, got {most}")
+        if inserted < self.min_size_to_sample:
+            return 0
+        supply = inserted * self.samples_per_insert
+        n = max(0, min(most, math.floor((supply - sampled - self.min_diff) / batch_size)))
+        # The same comparison as can_sample's, so rounding never admits one more or less.
+        while n < most and supply - (sampled + n * batch_size) - batch_size >= self.min_diff:
+            n += 1
+        while n > 0 and supply - (sampled + (n - 1) * batch_size) - batch_size < self.min_diff:
+            n -= 1
+        return n
+
     def can_insert(self, inserted: int, sampled: int, count: int) -> bool:
         """Whether inserting `count` more transitions keeps the ratio in the band."""
         _check_counts(inserted, sampled, count, "count")

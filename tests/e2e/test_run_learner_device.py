@@ -111,8 +111,10 @@ def test_device_replay_trains_k_updates_a_call_and_is_reported(tmp_path: Path, r
     assert summary["learner_updates"] >= 400, summary["learner_updates"]
     assert summary["final_records"]["transitions_not_ingested"] == 0, summary["final_records"]
     # It learns: a random policy's 100-episode mean is ~22 +- 1.2; the best mean of the run
-    # (metrics.jsonl), as the final one after 40 s ranged 9.7 to 187 between runs on 2
-    # cores (one CI run learned to 181, then its loss diverged: an open question).
+    # (metrics.jsonl), not the final one: without settling DQN on CartPole learns, then
+    # forgets, on every path alike (seeds 1-3, 40 s, 2 cores: ring / torch-eager / numpy-flat
+    # best 265-350 / 202-348 / 253-340, final 43-116 / 60-109 / 33-73; one CI run's loss
+    # reached 9e9 after a best of 181, not seen again).
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     best = max(r.get("train_mean_return") or 0.0 for r in rows)
     assert best > 40, best

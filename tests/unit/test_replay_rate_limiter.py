@@ -95,3 +95,19 @@ def test_narrow_band_can_deadlock_and_says_so() -> None:
     limiter = SampleToInsertRatio(samples_per_insert=8, min_size_to_sample=100, error_buffer=100)
     assert not limiter.is_deadlock_free(batch_size=256, count=64)
     assert simulate(limiter, batch_size=256, count=64, steps=1000)[2]
+
+
+@pytest.mark.parametrize("spi", [16.0, 1.0, 0.125, 3.3])
+def test_batches_allowed_is_what_can_sample_admits_one_at_a_time(spi: float) -> None:
+    limiter = SampleToInsertRatio(samples_per_insert=spi, min_size_to_sample=100, error_buffer=640)
+    for inserted in (0, 99, 100, 101, 150, 333, 1000):
+        for sampled in (0, 128, 1600, 5000, 15_999, 16_000):
+            one_by_one = 0
+            while one_by_one < 8 and limiter.can_sample(inserted, sampled + one_by_one * 128, 128):
+                one_by_one += 1
+            assert limiter.batches_allowed(inserted, sampled, 128, 8) == one_by_one
+    assert limiter.batches_allowed(1000, 0, 128, 0) == 0
+    with pytest.raises(ValueError, match="most must be >= 0, got -1"):
+        limiter.batches_allowed(1000, 0, 128, -1)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        limiter.batches_allowed(1000, 0, 0, 8)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from actorq import metrics
 from actorq.algos import load_algorithm_config, make_algorithm
+from actorq.learner import update_step
 from actorq.learner.behaviour import BehaviourMonitor
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.update_step import (
     BATCHES_PER_DRAW,
+    METRICS_EVERY,
     UPDATE_COLUMNS,
     SampledBatches,
     UpdateStep,
@@ -24,13 +27,16 @@ OBS, BATCH = 4, 16
 
 class CountingStorage(ReplayStorage):
     """Counts gathers of the update's columns; obs[:, 0] of each row is its slot, so rows
-    can be checked; `whole` counts gathers of every column (the bookkeeping's)."""
+    can be checked; `whole` counts gathers of every column (the behaviour gap's),
+    `versions` those of the policy versions alone (the sample lag's)."""
 
-    gathers = whole = 0
+    gathers = whole = versions = 0
 
     def get(self, indices, columns=None):  # type: ignore[no-untyped-def]
         if columns is None:
             self.whole += 1
+        elif tuple(columns) == ("policy_version",):
+            self.versions += 1
         else:
             self.gathers += 1
         return super().get(indices, columns)
@@ -79,9 +85,9 @@ def test_updates_count_one_batch_each_and_gather_once_per_draw() -> None:
     assert counters.updates == 2 * BATCHES_PER_DRAW + 1
     assert counters.sampled == counters.updates * BATCH  # what the rate limiter counts
     assert storage.gathers == 3
-    # Whole rows only where measured: the gap on batch 1 (every 50th), the sample lag
-    # on batch 10 (every METRICS_EVERY-th)
-    assert storage.whole == 2
+    # Whole rows only where the gap is measured (batch 1, every 50th); the sample lag
+    # (batch 10, every METRICS_EVERY-th) reads the policy versions alone.
+    assert storage.whole == 1 and storage.versions == 1
     assert sum(gap.rows.values()) == BATCH  # the gap read whole rows of one batch
 
 
@@ -97,3 +103,40 @@ def test_prioritized_replay_draws_per_update() -> None:
     for _ in range(3):
         step(newest_version=1)
     assert storage.whole == 3
+
+
+def _step(counters: LearnerCounters) -> UpdateStep:
+    config = load_algorithm_config("dqn", {}, batch_size=BATCH)
+    algo = make_algorithm("dqn", OBS, 2, (8, 8), config, seed=0)
+    return UpdateStep(algo, _storage(), UniformSampler(), BATCH, counters, np.random.default_rng(1))
+
+
+def test_a_call_runs_up_to_most_updates_and_says_how_many_passed_a_multiple(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(update_step, "HOST_CALL_SECONDS", 60.0)  # first updates are slow
+    counters = LearnerCounters()
+    step = _step(counters)
+    assert step(newest_version=1, most=8) == 8 and step.last_call == 8
+    assert counters.updates == 8 and counters.sampled == 8 * BATCH
+    assert step.passed(5) and not step.passed(9)  # updates 1..8 pass 5, not 9
+    assert step(newest_version=1, most=3) == 3 and counters.updates == 11
+    assert step.passed(9) and step.passed(11) and not step.passed(4)  # 9..11
+    assert step(newest_version=1) == 1 and counters.updates == 12  # one by default
+
+
+def test_a_call_ends_early_once_its_time_is_up(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(update_step, "HOST_CALL_SECONDS", 0.0)
+    counters = LearnerCounters()
+    step = _step(counters)
+    assert step(newest_version=1, most=8) == 1  # a slow update ends its call at once
+    assert counters.updates == 1 and step.last_call == 1
+
+
+def test_loss_gauges_are_written_with_the_counters_every_metrics_flush(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(update_step, "HOST_CALL_SECONDS", 60.0)
+    counters = LearnerCounters()
+    step = _step(counters)
+    metrics.LEARNER_LOSS.set(-1.0)
+    step(newest_version=1, most=METRICS_EVERY - 1)
+    assert metrics.LEARNER_LOSS._value.get() == -1.0  # not yet flushed
+    step(newest_version=1)
+    assert counters.last_loss >= 0 and metrics.LEARNER_LOSS._value.get() == counters.last_loss
