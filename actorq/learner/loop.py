@@ -192,7 +192,7 @@ class Learner:
             return step.k if self.limiter.can_sample(group_inserted, sampled, batches) else 0
         most = min(HOST_UPDATES_PER_CALL, self._until_due())
         cost = self.group_batch + self._credit()  # what one update counts
-        return self.limiter.batches_allowed(group_inserted, sampled, cost, max(most, 0))
+        return self.limiter.batches_allowed(group_inserted, sampled, cost, most)
 
     def _until_due(self) -> int:
         """Updates until the next one that publishes, checkpoints or ends the budget: a
@@ -205,8 +205,9 @@ class Learner:
 
     def _credit(self) -> int:
         """Transitions credited per update on top of its batch (settled: a lower ratio)."""
-        settled = self.settling is not None and self.settling.settled_at is not None
-        return self.settling.credit if settled else 0  # type: ignore[union-attr]
+        if self.settling is None or self.settling.settled_at is None:
+            return 0
+        return self.settling.credit
 
     @property
     def group_sampled(self) -> int:

@@ -107,7 +107,7 @@ class UpdateStep:
         if self.correction is not None:  # truncated IS of the n-step return's actions
             weights = weights * self.correction.weights(batch)
         if self.behaviour is not None and self.behaviour.due():  # before the update
-            self.behaviour.measure(self._all_columns(sample, batch), newest_version)
+            self.behaviour.measure(self._bookkeeping_rows(sample, batch, None), newest_version)
         runner = captured_runner(self.algo)
         started = time.perf_counter()
         if runner is not None and self.rlx2 is None:
@@ -124,21 +124,19 @@ class UpdateStep:
         self.counters.updates += 1
         self.counters.sampled += self.batch_size
         if self.counters.updates % METRICS_EVERY == 0:
-            self.flush_metrics(self._versions(sample, batch), newest_version)
+            self.flush_metrics(
+                self._bookkeeping_rows(sample, batch, ("policy_version",)), newest_version
+            )
 
-    def _all_columns(self, sample: SampleResult, batch: dict[str, np.ndarray]) -> dict:
-        """`batch`, or where it holds only the update's columns every column of its rows,
-        read again (each row whole as it is now: a row the ring overwrote since is
-        measured as the newer transition, never as a mix of two)."""
+    def _bookkeeping_rows(
+        self, sample: SampleResult, batch: dict[str, np.ndarray], columns: tuple[str, ...] | None
+    ) -> dict:
+        """`batch`, or where it holds only the update's columns its rows' `columns` (None:
+        every column) read again, each row as it is now: a row the ring overwrote since is
+        measured as the newer transition, never as a mix of two."""
         if "policy_version" in batch:
             return batch
-        return self.storage.get(sample.indices)
-
-    def _versions(self, sample: SampleResult, batch: dict[str, np.ndarray]) -> dict:
-        """What the sample lag reads: `batch`, or its rows' policy versions alone."""
-        if "policy_version" in batch:
-            return batch
-        return self.storage.get(sample.indices, ("policy_version",))
+        return self.storage.get(sample.indices, columns)
 
     def _device_sampled(self, feed: DeviceFeed, newest_version: int | None) -> None:
         """k updates on batches the device draws from its ring; a host sample only when

@@ -66,12 +66,12 @@ class SampleToInsertRatio:
             raise ValueError(f"most must be >= 0, got {most}")
         if inserted < self.min_size_to_sample:
             return 0
-        supply = inserted * self.samples_per_insert
-        n = max(0, min(most, math.floor((supply - sampled - self.min_diff) / batch_size)))
-        # The same comparison as can_sample's, so rounding never admits one more or less.
-        while n < most and supply - (sampled + n * batch_size) - batch_size >= self.min_diff:
+        room = inserted * self.samples_per_insert - sampled - self.min_diff
+        n = max(0, min(most, math.floor(room / batch_size)))
+        # can_sample decides at the edge, so float rounding never admits one more or less.
+        while n < most and self.can_sample(inserted, sampled + n * batch_size, batch_size):
             n += 1
-        while n > 0 and supply - (sampled + (n - 1) * batch_size) - batch_size < self.min_diff:
+        while n > 0 and not self.can_sample(inserted, sampled + (n - 1) * batch_size, batch_size):
             n -= 1
         return n
 
