@@ -35,6 +35,38 @@ def die_with_parent(
         os.sched_setaffinity(0, cpus)
 
 
+# The cores a learner's ingest process runs on, set by `actorq run --pin-learner` for the
+# learner it pins (actorq.launch.cores.pin): the other services' cores, not the learner's.
+INGEST_CORES_ENV = "ACTORQ_INGEST_CORES"
+
+
+def format_cores(cores: tuple[int, ...]) -> str:
+    """`0-3,6` style, as taskset and /sys print core lists."""
+    spans: list[list[int]] = []
+    for core in cores:
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def parse_cores(text: str) -> tuple[int, ...]:
+    """`0-3,6` as (0, 1, 2, 3, 6); ValueError naming the text and the expected form."""
+    cores: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, dash, last = part.strip().partition("-")
+            low = int(first)
+            high = int(last) if dash else low
+            if low < 0 or high < low:
+                raise ValueError
+            cores.update(range(low, high + 1))
+    except ValueError:
+        raise ValueError(f"expected a core list such as 0-3,6, got {text!r}") from None
+    return tuple(sorted(cores))
+
+
 def bound_to_parent(
     niceness: int = 0, cpus: tuple[int, ...] = ()
 ) -> tuple[list[str], Callable[[], None] | None]:

@@ -163,6 +163,13 @@ def _other_variables() -> list[str]:
             "every process to the scheduler (`actorq/launch/cores.py`)",
         ),
         (
+            "ACTORQ_INGEST_CORES",
+            "-",
+            "the cores a learner's ingest process (ACTORQ_INGEST=process) runs on, e.g. "
+            "`0-3,6`; set by `actorq run` where it pins the learner: the other services' "
+            "cores (unset: the learner's own; `actorq/learner/ingest_process.py`)",
+        ),
+        (
             "ACTORQ_RUN_DIR",
             "-",
             "set by `actorq run` for its services (not read as a "

@@ -11,9 +11,9 @@ core then idles). `auto` starts as `on` and lets the other processes onto the le
 cores while it mostly waits for data (`CoreSharing`), back off when it stops waiting.
 Pinning the learner alone, the others free, gained little: exclusion is what pays.
 
-It pins only a CPU learner (the GPU learner's host side is not measured), with replay
-ingested on a thread (an ingest process would share the learner's core), and with at
-least one core left for everything else."""
+It pins only a CPU learner (the GPU learner's host side is not measured), with at least
+one core left for everything else. An ingest process (ACTORQ_INGEST=process) runs on the
+other services' cores (ACTORQ_INGEST_CORES), not the learner's."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from actorq.config import ConfigError, RunSettings
 from actorq.launch.plan import _Cluster
+from actorq.procutil import INGEST_CORES_ENV, format_cores
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class CoreLayout:
     others: tuple[int, ...]
 
     def describe(self) -> str:
-        ranks = "; ".join(_cores(c) for c in self.learners)
-        return f"learner on core(s) {ranks}, other services on {_cores(self.others)}"
+        ranks = "; ".join(format_cores(c) for c in self.learners)
+        return f"learner on core(s) {ranks}, other services on {format_cores(self.others)}"
 
     def as_dict(self) -> dict[str, list]:
         return {"learners": [list(c) for c in self.learners], "others": list(self.others)}
@@ -52,7 +53,7 @@ def plan_cores(
     None (no pinning: `off`, or `auto` where it does not apply)."""
     if settings.pin_learner == "off":
         return None
-    if not learner_on_cpu or settings.ingest == "process":
+    if not learner_on_cpu:
         return None
     cores = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
     threads = _torch_threads(os.environ if env is None else env)
@@ -78,17 +79,6 @@ def _torch_threads(env: Mapping[str, str]) -> int:
     return threads
 
 
-def _cores(cores: tuple[int, ...]) -> str:
-    """`0-3,6` style, as taskset and /sys print core lists."""
-    spans: list[list[int]] = []
-    for core in cores:
-        if spans and core == spans[-1][1] + 1:
-            spans[-1][1] = core
-        else:
-            spans.append([core, core])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
 def learner_on_cpu(settings: RunSettings, dev: Path = Path("/dev")) -> bool:
     """Whether the learner will train on the CPU: `cpu`, or `auto` where it cannot pick a
     GPU (no NVIDIA device node here, or several learners, which stay on the CPU under
@@ -109,6 +99,9 @@ def pin(cluster: _Cluster, layout: CoreLayout | None) -> None:
         proc.cpus = layout.others
     for proc, cores in zip(cluster.learners, layout.learners, strict=True):
         proc.cpus = cores
+        # An ingest process (ACTORQ_INGEST=process) joins the other services: on the
+        # learner's core it would take turns with the updates it feeds.
+        proc.env[INGEST_CORES_ENV] = format_cores(layout.others)
 
 
 class CoreSharing:
@@ -157,7 +150,7 @@ class CoreSharing:
         self._applied = set()
         self._reapply()
         if self.exclusive:
-            return f"learner busy again: other services back on {_cores(self.layout.others)}"
+            return f"learner busy again: other services back on {format_cores(self.layout.others)}"
         return f"learner waited {share:.0%} of the last poll: other services on every core"
 
     def _reapply(self) -> None:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from actorq import metrics
 from actorq.config import ConfigError
 from actorq.learner.ingest import ReplayIngest
+from actorq.procutil import INGEST_CORES_ENV, parse_cores
 from actorq.replay import RedisReplayReader
 from actorq.replay.shared import SharedReplay
 
@@ -57,6 +59,7 @@ class ProcessIngest:
         self._seen = 0  # rows announced to the sampler so far (insert sequence number)
         self._counted = (0, 0)  # child's (added, rejected) already in the metrics
         self._base = (reader.added, reader.rejected)  # the rebuild's, before the child
+        self.cores = ingest_cores(os.environ)  # () = the learner's own
 
     def start(self) -> None:
         """Start the child after the replay mirror was rebuilt; wait until it mapped the
@@ -69,6 +72,7 @@ class ProcessIngest:
             "shard": list(self.reader.shard),
             "read_count": self.reader.read_count,
             "parent_pid": os.getpid(),
+            "cores": list(self.cores),
         }
         self.child = subprocess.Popen(
             [sys.executable, "-m", "actorq.learner.ingest_process"], stdin=subprocess.PIPE
@@ -135,6 +139,24 @@ class ProcessIngest:
             self.child.wait()
 
 
+def ingest_cores(env: Mapping[str, str]) -> tuple[int, ...]:
+    """The cores ACTORQ_INGEST_CORES gives the ingest process (`actorq run` sets it where it
+    pins the learner), or () to share the learner's; ConfigError for a bad list."""
+    text = env.get(INGEST_CORES_ENV, "").strip()
+    if not text:
+        return ()
+    try:
+        cores = parse_cores(text)
+    except ValueError as exc:
+        raise ConfigError(f"{INGEST_CORES_ENV}: {exc}") from None
+    machine = os.cpu_count() or 1
+    if cores[-1] >= machine:
+        raise ConfigError(
+            f"{INGEST_CORES_ENV}: names core {cores[-1]}; this machine has cores 0-{machine - 1}"
+        )
+    return cores
+
+
 def make_ingest(
     reader: RedisReplayReader, shared: SharedReplay | None, stop: threading.Event
 ) -> ReplayIngest | ProcessIngest:
@@ -163,6 +185,8 @@ def _child(config: dict[str, Any]) -> None:
     from actorq.redis_keys import RedisKeys
     from actorq.service import connect_redis
 
+    if config.get("cores"):  # off the learner's cores (actorq run --pin-learner)
+        os.sched_setaffinity(0, config["cores"])
     settings = load_settings(LearnerSettings)
     client = connect_redis(settings.redis_url, password_file=settings.redis_password_file)
     shared = SharedReplay.attach(config["replay"])

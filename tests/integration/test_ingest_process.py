@@ -129,6 +129,53 @@ def test_a_child_that_cannot_reach_redis_fails_start_with_a_clear_error(
     assert not os.path.exists(path)
 
 
+@pytest.mark.usefixtures("child_env")
+def test_the_child_runs_on_the_cores_it_is_given_not_the_learners(
+    redis_client: redis.Redis, redis_keys: RedisKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`actorq run --pin-learner` gives the learner's ingest process the other services'
+    cores through ACTORQ_INGEST_CORES; the child applies them before it reads."""
+    allowed = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("ACTORQ_INGEST_CORES", str(allowed[0]))
+    ingest = _process_ingest(redis_client, redis_keys, 512)
+    assert ingest.cores == (allowed[0],)
+    ingest.start()
+    try:
+        assert ingest.child is not None
+        assert os.sched_getaffinity(ingest.child.pid) == {allowed[0]}
+        written = _write(redis_client, redis_keys, 0, 3)
+        _wait_for(lambda: ingest.storage.total_added == written)  # and it ingests there
+    finally:
+        ingest.finish()
+    assert ingest.child.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("one", r"ACTORQ_INGEST_CORES: expected a core list such as 0-3,6, got 'one'"),
+        ("3-1", r"expected a core list such as 0-3,6, got '3-1'"),
+        ("0,-1", r"expected a core list"),
+        ("0,4096", r"ACTORQ_INGEST_CORES: names core 4096; this machine has cores 0-"),
+    ],
+)
+def test_bad_ingest_cores_are_refused_naming_the_value(
+    redis_client: redis.Redis,
+    redis_keys: RedisKeys,
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    why: str,
+) -> None:
+    monkeypatch.setenv("ACTORQ_INGEST_CORES", text)
+    shared = make_shared_replay(64, OBS_DIM, 0, (), links=False)
+    reader = RedisReplayReader(redis_client, redis_keys, shared.storage)
+    try:
+        with pytest.raises(ConfigError, match=why):
+            ProcessIngest(reader, shared, threading.Event())
+    finally:
+        shared.close()
+
+
 def test_the_ingest_setting_is_checked_and_rlx2_links_are_refused() -> None:
     with pytest.raises(ConfigError, match="ingest: expected thread or process, got 'fork'"):
         LearnerSettings(ingest="fork")

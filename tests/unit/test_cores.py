@@ -17,6 +17,7 @@ from actorq.launch.cores import (
     set_process_cores,
 )
 from actorq.launch.plan import _plan
+from actorq.procutil import INGEST_CORES_ENV, format_cores, parse_cores
 
 ONE_THREAD = {"ACTORQ_TORCH_THREADS": "1"}
 PIN = RunSettings(pin_learner="on")
@@ -53,12 +54,6 @@ def test_cores_this_process_may_not_use_are_never_given() -> None:
     [
         (RunSettings(pin_learner="off"), True, {0, 1}, "off when asked"),
         (PIN, False, {0, 1}, "a GPU learner: not measured"),
-        (
-            RunSettings(ingest="process", pin_learner="on"),
-            True,
-            {0, 1},
-            "ingest would share the core",
-        ),
         (PIN, True, {0}, "nothing left for the other services"),
         (
             RunSettings(learners=2, pin_learner="on"),
@@ -89,6 +84,26 @@ def test_pin_puts_every_planned_service_on_its_cores(tmp_path) -> None:
     assert [p.cpus for p in cluster.learners] == [(6,), (7,)]
     others = [p for p in cluster.all if p not in cluster.learners]
     assert len(others) == 5 and all(p.cpus == tuple(range(6)) for p in others)
+    # an ingest process of a learner (ACTORQ_INGEST=process) goes with the others
+    assert all(p.env[INGEST_CORES_ENV] == "0-5" for p in cluster.learners)
+    assert all(INGEST_CORES_ENV not in p.env for p in others)
+
+
+def test_an_ingest_process_no_longer_turns_pinning_off() -> None:
+    layout = plan_cores(RunSettings(ingest="process", pin_learner="on"), True, {0, 1}, ONE_THREAD)
+    assert layout is not None and layout.learners == ((1,),) and layout.others == (0,)
+
+
+@pytest.mark.parametrize("cores", [(0,), (0, 1, 2, 3), (0, 2, 3, 7), (5, 6, 9, 10, 11)])
+def test_core_lists_read_back_as_written(cores: tuple[int, ...]) -> None:
+    assert parse_cores(format_cores(cores)) == cores
+    assert format_cores((0, 1, 2, 3, 6)) == "0-3,6"
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-", "4-2", "-1", "0,,1"])
+def test_a_bad_core_list_is_refused_naming_it(text: str) -> None:
+    with pytest.raises(ValueError, match=f"expected a core list such as 0-3,6, got {text!r}"):
+        parse_cores(text)
 
 
 def test_auto_device_counts_as_cpu_only_without_an_nvidia_device_node(tmp_path) -> None:
