@@ -162,6 +162,19 @@ class CoreSharing:
         self._applied = pids
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live children of `pid` (every thread's /proc children list; [] once it is gone
+    or where the kernel keeps no such list)."""
+    children: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as listing:
+                children += [int(c) for c in listing.read().split()]
+    except OSError:
+        pass
+    return children
+
+
 def set_process_cores(pid: int, cores: tuple[int, ...]) -> None:
     """Every thread of `pid` onto `cores` (sched_setaffinity takes one thread at a time;
     threads started later inherit it from the thread that starts them). A process or

@@ -26,7 +26,14 @@ from actorq.config import ConfigError, RunSettings, redact_url
 from actorq.energy import EnergyMeter, PowerModel
 from actorq.envs import check_backend
 from actorq.launch.budget import what_ends
-from actorq.launch.cores import CoreLayout, CoreSharing, learner_on_cpu, pin, plan_cores
+from actorq.launch.cores import (
+    CoreLayout,
+    CoreSharing,
+    child_pids,
+    learner_on_cpu,
+    pin,
+    plan_cores,
+)
 from actorq.launch.final import read_final_records, redis_cpu_seconds
 from actorq.launch.monitor import ProgressSample, RunMonitor
 from actorq.launch.outputs import append_metrics, write_json
@@ -304,7 +311,9 @@ def _core_sharing(
     def others() -> list[int]:
         pids = [p.pid for p in cluster.all if id(p) not in learners and p.exit_code() is None]
         redis_pid = supervisor.redis.pid if supervisor.redis is not None else None
-        return [pid for pid in [*pids, redis_pid] if pid is not None]
+        # a learner's ingest process (ACTORQ_INGEST=process) moves with the other services
+        ingest = [c for p in cluster.learners if p.pid is not None for c in child_pids(p.pid)]
+        return [pid for pid in [*pids, redis_pid, *ingest] if pid is not None]
 
     return CoreSharing(layout, others)
 

@@ -11,6 +11,7 @@ import pytest
 from actorq.config import ConfigError, RunSettings
 from actorq.launch.cores import (
     CoreSharing,
+    child_pids,
     learner_on_cpu,
     pin,
     plan_cores,
@@ -197,3 +198,25 @@ def test_set_process_cores_moves_every_thread_of_a_real_process() -> None:
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def test_child_pids_finds_a_real_processs_children_and_nothing_once_it_is_gone() -> None:
+    """`--pin-learner auto` moves a learner's ingest process with the other services: the
+    launcher finds it as the learner's child."""
+    code = "import subprocess, sys, time\n"
+    code += "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+    code += "print(c.pid, flush=True); time.sleep(30)\n"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        assert child_pids(parent.pid) == [grandchild]
+        assert child_pids(grandchild) == []
+    finally:
+        os.kill(grandchild, 9)
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+    assert child_pids(parent.pid) == []  # reaped: no /proc entry
