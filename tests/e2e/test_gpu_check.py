@@ -87,6 +87,7 @@ def test_gpu_check_runs_every_stage_without_a_gpu(tmp_path: Path) -> None:
     # the learner service against its update alone (issue 41): its table and ratio line
     assert "| dqn | cpu | numpy-flat | thread |" in text
     assert "service/alone min" in stages["service"]["data"]["out"]
+    assert "service/alone median" in stages["service"]["data"]["out"]
     # ... and with the device ring (ACTORQ_DEVICE_REPLAY_K, the captured step on the CPU)
     assert "| dqn | cpu | torch-eager | thread | 4 |" in text
     assert stages["service"]["data"]["ring"]["code"] == 0
