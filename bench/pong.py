@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -189,29 +190,35 @@ def markdown(record: dict, others: dict[str, dict]) -> str:
 
 
 def run_logged(cmd: list[str], log: Path, timeout: float) -> int:
-    """Run `cmd`, its output shown as it comes and kept in `log`; its exit code (124 when
-    it outlived `timeout` and was stopped: SIGTERM, then SIGKILL after 30 s)."""
+    """Run `cmd`, its output shown as it comes and kept in `log`; its exit code, or 124
+    when it outlived `timeout` (then SIGTERM, and SIGKILL 30 s later), silent or not."""
     with log.open("w") as keep:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True,
         )  # fmt: skip
-        assert proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            keep.write(line)
-            if time.monotonic() > deadline:
-                break
-        if proc.poll() is None and time.monotonic() > deadline:
+        expired = threading.Event()
+
+        def stop() -> None:
+            expired.set()
             proc.terminate()
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-            proc.wait()
-            return 124
-        return proc.wait()
+
+        watchdog = threading.Timer(timeout, stop)
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            with proc.stdout:
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    keep.write(line)
+            code = proc.wait()
+        finally:
+            watchdog.cancel()
+    return 124 if expired.is_set() else code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ arm's result line (reached, not reached, failed)."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,14 @@ def test_bad_budgets_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         pong.parse(["--minutes", "0"])
     assert exit_info.value.code == 2
     assert "--minutes, --actors and --envs-per-actor must be positive" in capsys.readouterr().err
+
+
+def test_the_run_is_logged_and_stopped_at_its_limit_even_when_silent(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    said = [sys.executable, "-c", "print('step 1', flush=True); raise SystemExit(3)"]
+    assert pong.run_logged(said, log, timeout=30) == 3
+    assert log.read_text() == "step 1\n"
+    started = time.monotonic()
+    silent = [sys.executable, "-c", "import time; time.sleep(60)"]
+    assert pong.run_logged(silent, log, timeout=1) == 124
+    assert time.monotonic() - started < 20
