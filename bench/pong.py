@@ -40,6 +40,15 @@ from actorq.scale.results import RunFigures, last_line, load_figures  # noqa: E4
 TARGET = 18.0
 SHUTDOWN_MARGIN_S = 15.0  # of the minutes, for start-up before actorq run and shutdown after
 PRECISIONS = ("int8", "fp32")
+# DQN's defaults are CartPole's (lr 2.5e-3, a target sync every 50 updates, 1-step
+# returns). For Atari this uses the DQN family's usual values instead (lr 1e-4 as in
+# Rainbow-era Atari agents, n-step 3 as Ape-X and Rainbow, a slower target), not tuned
+# here: no Pong run has reached 18 yet. ACTORQ_DQN_* set in the environment win.
+DQN_ATARI = {
+    "ACTORQ_DQN_LR": "1e-4",
+    "ACTORQ_DQN_N_STEP": "3",
+    "ACTORQ_DQN_TARGET_UPDATE_EVERY": "500",
+}
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -171,11 +180,13 @@ def markdown(record: dict, others: dict[str, dict]) -> str:
             best_text = f"mean {best:.1f} over its {episodes} evaluator episodes"
         result = f"**not reached in {record['wall_seconds']:.0f} s**: {best_text}"
     rate = record.get("env_steps_per_s")
+    settings = " ".join(f"{k}={v}" for k, v in record.get("settings", {}).items())
     lines = [
         f"# Pong, {record['precision']} actors, {record['date']}",
         "",
         f"- machine: {m['cpu']}; {m['cores']} cores usable; GPU: {m['gpu']}",
-        f"- command: `{record['command']}` (env backend {record['env_backend']})",
+        f"- command: `{record['command']}` (env backend {record['env_backend']}; "
+        f"settings {settings or 'none'})",
         f"- result: {result}",
         f"- wall clock, launch to exit: {record['wall_seconds']:.0f} s "
         f"(budget {record['minutes'] * 60:.0f} s); exit code {record['exit_code']}",
@@ -189,13 +200,20 @@ def markdown(record: dict, others: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_logged(cmd: list[str], log: Path, timeout: float) -> int:
+def run_env(algo: str) -> dict[str, str]:
+    """The run's ACTORQ_* settings beyond the command line: DQN_ATARI for DQN, each unless
+    the environment sets it already."""
+    preset = DQN_ATARI if algo == "dqn" else {}
+    return {key: os.environ.get(key, value) for key, value in preset.items()}
+
+
+def run_logged(cmd: list[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> int:
     """Run `cmd`, its output shown as it comes and kept in `log`; its exit code, or 124
     when it outlived `timeout` (then SIGTERM, and SIGKILL 30 s later), silent or not."""
     with log.open("w") as keep:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
+            text=True, env={**os.environ, **(env or {})},
         )  # fmt: skip
         expired = threading.Event()
 
@@ -229,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pong: python {' '.join(cmd[1:])}", flush=True)
     log = args.out / f"run-{args.precision}.log"
     started = time.monotonic()
-    code = run_logged(cmd, log, args.minutes * 60 + 90)
+    settings = run_env(args.algo)
+    code = run_logged(cmd, log, args.minutes * 60 + 90, settings)
     wall = time.monotonic() - started
     figures, why = None, ""
     if (run_dir / "summary.json").exists():
@@ -237,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:
         why = f"actorq run exited {code}: {last_line(log)}"
     record = arm_record(args, cmd, code, wall, figures, why)
+    record["settings"] = settings
     (args.out / f"pong-{args.precision}.json").write_text(json.dumps(record, indent=1) + "\n")
     records = {
         p: json.loads((args.out / f"pong-{p}.json").read_text())

@@ -38,6 +38,8 @@ def test_make_pong_runs_pong_through_the_services_and_reports(tmp_path: Path) ->
     assert record["stop_reason"].startswith("time budget")
     assert record["wall_seconds"] <= 36 + 20
     assert record["env_steps"] > 0 and record["env_steps_per_s"] > 0
+    assert record["updates_per_s"] > 0  # the learner trained with DQN's Atari settings
+    assert record["settings"]["ACTORQ_DQN_N_STEP"] == "3"
     assert record["seconds_to_target"] is None  # a random Pong policy scores about -21
     assert record["best_return"] is None or -21 <= record["best_return"] < 18
     assert record["machine"]["cores"] >= 1 and record["machine"]["gpu"] == "none"

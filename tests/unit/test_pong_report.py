@@ -86,3 +86,14 @@ def test_the_run_is_logged_and_stopped_at_its_limit_even_when_silent(tmp_path: P
     silent = [sys.executable, "-c", "import time; time.sleep(60)"]
     assert pong.run_logged(silent, log, timeout=1) == 124
     assert time.monotonic() - started < 20
+
+
+def test_dqn_gets_atari_settings_unless_the_environment_sets_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ACTORQ_DQN_N_STEP", raising=False)
+    monkeypatch.setenv("ACTORQ_DQN_LR", "3e-4")
+    settings = pong.run_env("dqn")
+    assert settings["ACTORQ_DQN_LR"] == "3e-4"  # the user's value wins
+    assert settings["ACTORQ_DQN_N_STEP"] == pong.DQN_ATARI["ACTORQ_DQN_N_STEP"]
+    assert pong.run_env("appo") == {}
