@@ -144,7 +144,7 @@ gpu-wheels:  ## download the GPU machine's missing cp312 wheels into gpu-wheels/
 gpu-check:  ## on a GPU machine, no network: learner, scaling, end-to-end tables + gpu tests in < 8 min, one report (docs/gpu-learner.md)
 	./bench/gpu_check.sh $(ARGS)
 
-pong:  ## ALE Pong through the services (EnvPool, CNN, int8 actors, GPU learner where there is one) to a 100-episode mean of 18 or 9 minutes; ARGS="--precision fp32" for the fp32 arm (docs/gpu-learner.md)
+pong:  ## ALE Pong through the services (CNN, int8 actors, GPU learner where there is one) to a 100-episode mean of 18 or 9 minutes; ARGS="--precision fp32" for the fp32 arm (docs/gpu-learner.md)
 	./bench/pong.sh $(ARGS)
 
 gpu-throughput:  ## on a 16-core (GPU) machine, no network: one actor vs its env, 14 actors through actorq run (issue 30), ~4 min

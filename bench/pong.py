@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from arms import cpu_label  # noqa: E402  (bench/, this script's folder)
 
+from actorq.procutil import stop_child  # noqa: E402
 from actorq.scale.results import RunFigures, last_line, load_figures  # noqa: E402
 
 TARGET = 18.0
@@ -91,9 +92,11 @@ def env_backend() -> str:
     return "envpool"
 
 
-def run_command(args: argparse.Namespace, run_dir: Path, extra: list[str]) -> list[str]:
+def run_command(
+    args: argparse.Namespace, run_dir: Path, backend: str, extra: list[str]
+) -> list[str]:
     cmd = [sys.executable, "-m", "actorq", "run", "--env", "ale:Pong", "--algo", args.algo]
-    cmd += ["--env-backend", env_backend(), "--precision", args.precision]
+    cmd += ["--env-backend", backend, "--precision", args.precision]
     cmd += ["--actors", str(args.actors), "--envs-per-actor", str(args.envs_per_actor)]
     cmd += ["--learner-device", "cpu" if args.tiny else "auto"]
     cmd += ["--target-return", f"{args.target:g}", "--seed", str(args.seed)]
@@ -119,14 +122,16 @@ def machine() -> dict[str, object]:
     return {"cpu": cpu_label(), "cores": len(os.sched_getaffinity(0)), "gpu": gpu}
 
 
-def arm_record(args, cmd, code, wall, figures: RunFigures | None, why: str) -> dict:
+def arm_record(
+    args, cmd, backend, settings, code, wall, figures: RunFigures | None, why: str
+) -> dict:
     """What the report says of one arm, as JSON."""
     record: dict[str, object] = {
         "date": datetime.date.today().isoformat(), "precision": args.precision,
         "algo": args.algo, "target": args.target, "minutes": args.minutes,
         "command": " ".join(["python", *cmd[1:]]), "exit_code": code,
         "wall_seconds": round(wall, 1),
-        "machine": machine(), "env_backend": env_backend(), "failure": why,
+        "machine": machine(), "env_backend": backend, "settings": settings, "failure": why,
     }  # fmt: skip
     if figures is not None:
         record.update(
@@ -219,11 +224,7 @@ def run_logged(cmd: list[str], log: Path, timeout: float, env: dict[str, str] | 
 
         def stop() -> None:
             expired.set()
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_child(proc, 30.0)
 
         watchdog = threading.Timer(timeout, stop)
         watchdog.start()
@@ -243,11 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     run_dir = args.out / f"run-{args.precision}"
-    cmd = run_command(args, run_dir, extra)
+    backend, settings = env_backend(), run_env(args.algo)
+    cmd = run_command(args, run_dir, backend, extra)
     print(f"pong: python {' '.join(cmd[1:])}", flush=True)
     log = args.out / f"run-{args.precision}.log"
     started = time.monotonic()
-    settings = run_env(args.algo)
     code = run_logged(cmd, log, args.minutes * 60 + 90, settings)
     wall = time.monotonic() - started
     figures, why = None, ""
@@ -255,8 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = load_figures(run_dir, args.target)
     if code != 0:
         why = f"actorq run exited {code}: {last_line(log)}"
-    record = arm_record(args, cmd, code, wall, figures, why)
-    record["settings"] = settings
+    record = arm_record(args, cmd, backend, settings, code, wall, figures, why)
     (args.out / f"pong-{args.precision}.json").write_text(json.dumps(record, indent=1) + "\n")
     records = {
         p: json.loads((args.out / f"pong-{p}.json").read_text())
