@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service pong bench-learner-service gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service pong bench-learner-service bench-denormals gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -155,6 +155,9 @@ gpu-service:  ## on a GPU machine: the learner service fed by an actor vs its up
 
 bench-learner-service: $(STAMP)  ## the learner service fed by one actor vs its update alone: updates/s, ratio, where the time goes (BENCHMARKS.md 20; ARGS="--algos dqn --ingest thread,process")
 	$(PY) bench/bench_learner_service.py $(ARGS)
+
+bench-denormals: $(STAMP)  ## DQN's update as it trains with subnormal floats kept vs flushed (ACTORQ_FLUSH_DENORMALS; BENCHMARKS.md 20i)
+	$(PY) bench/bench_denormals.py $(ARGS)
 
 deploy-check:  ## offline checks of Dockerfile, compose (--scale actor=32), k8s overlays, Prometheus, Grafana
 	./scripts/check_deploy.sh

@@ -61,10 +61,12 @@ def alone_worker(algo: str, device: str, seconds: float, path: str = "auto") -> 
 
     from actorq.algos import load_algorithm_config, make_algorithm
     from actorq.algos.capture import captured_runner
+    from actorq.denormals import flush_denormals
     from actorq.learner.update_path import setup_learner
     from actorq.testing.batches import random_update_batches
 
     torch.set_num_threads(1)  # the service's learner default on CPU (ACTORQ_TORCH_THREADS)
+    flush_denormals(True)  # ... and ACTORQ_FLUSH_DENORMALS's
     _env, hidden, obs, out = CASES[algo]
     config = load_algorithm_config(algo, {})
     learner = make_algorithm(algo, obs, out, hidden, config, device=device)

@@ -91,6 +91,8 @@ class Summary:
     # Device-resident replay (ACTORQ_DEVICE_REPLAY_K): "k=4, N rows on cuda:0", why it is
     # off after a failed allocation; None when not asked for.
     learner_device_replay: str | None = None
+    # "flushed" or "kept": subnormal floats in the learner (ACTORQ_FLUSH_DENORMALS).
+    learner_denormals: str | None = None
 
 
 def _clean(value: Any) -> Any:

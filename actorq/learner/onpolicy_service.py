@@ -6,6 +6,7 @@ SIGTERM), with `OnPolicyTrainer` in place of the replay learner.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ import torch
 from actorq import metrics
 from actorq.algos.factory import policy_spec
 from actorq.config import ConfigError, LearnerSettings
+from actorq.denormals import describe as describe_denormals
 from actorq.learner.onpolicy_loop import OnPolicyTrainer
 from actorq.learner.publisher import learner_publisher
 from actorq.learner.update_path import setup_learner
@@ -64,6 +66,7 @@ def serve_onpolicy(settings: LearnerSettings, config, choice=None) -> int:
     runtime = ServiceRuntime("learner")
     trainer = build_trainer(settings, config, runtime)
     info = setup_learner(trainer.algo, settings.device, settings.update_path, choice)
+    info = dataclasses.replace(info, denormals=describe_denormals())
     tls = TlsConfig.from_settings(settings)
     stop_peers = allowed_peers(settings, "tls_allowed_stop_peers")
     server = GrpcServer(

@@ -98,13 +98,18 @@ class LearnerInfo:
     device_replay: str = ""
     """Device-resident replay (actorq.learner.device_feed): "k=4, N rows on cuda:0", why
     it is off after a failed allocation, or "" when not asked for."""
+    denormals: str = ""
+    """Whether the training thread flushes subnormal floats (actorq.denormals): "flushed",
+    "kept", or "" where not recorded."""
 
     def line(self) -> str:
         """For the start-up log line."""
         line = f"device {self.device}, update path {self.update_path}, dtype {self.dtype}"
         if self.device_replay:
             line += f", device replay {self.device_replay}"
-        return f"{line}, measured {format_timings(self.timings)}" if self.timings else line
+        if self.timings:
+            line += f", measured {format_timings(self.timings)}"
+        return f"{line}, denormals {self.denormals}" if self.denormals else line
 
     def announce(self, client: redis.Redis | None, keys: RedisKeys | None) -> None:
         """Set the info gauge; write the Redis record (rank 0 passes a client)."""
@@ -147,7 +152,7 @@ def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, 
         return {}
     if not isinstance(record, dict):
         return {}
-    names = ("device", "update_path", "dtype", "device_replay")
+    names = ("device", "update_path", "dtype", "device_replay", "denormals")
     info: dict[str, Any] = {
         f"learner_{k}": str(record[k]) for k in names if record.get(k, "") != ""
     }

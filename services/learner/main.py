@@ -18,6 +18,8 @@ from actorq import metrics
 from actorq.algos.factory import is_on_policy, load_algorithm_config, policy_spec
 from actorq.allocator import retain_freed_memory
 from actorq.config import ConfigError, LearnerSettings, load_settings
+from actorq.denormals import describe as describe_denormals
+from actorq.denormals import flush_denormals
 from actorq.learner.device import DeviceChoice, resolve_settings_device
 from actorq.learner.device_feed import attach_device_feed
 from actorq.learner.distributed import DistConfig, init_group, leave_group
@@ -139,7 +141,7 @@ def serve(
     learner = build_learner(settings, dqn, runtime, rlx2)
     info = setup_learner(learner.algo, settings.device, settings.update_path, choice)
     device_replay = attach_device_feed(learner, settings.device_replay_k)
-    info = dataclasses.replace(info, device_replay=device_replay)
+    info = dataclasses.replace(info, device_replay=device_replay, denormals=describe_denormals())
     server = GrpcServer(
         settings.bind_host,
         settings.grpc_port,
@@ -201,6 +203,8 @@ def main() -> None:
     def _main() -> int:
         settings = load_settings(LearnerSettings)
         setup_logging(settings.log_level)
+        # Before any thread starts (they inherit it) and before the start-up timings.
+        flush_denormals(settings.flush_denormals)
         dqn = load_algorithm_config(settings.algo)
         if is_on_policy(settings.algo):  # trajectory segments, no replay
             from actorq.learner.onpolicy_service import serve_onpolicy

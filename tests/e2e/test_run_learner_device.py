@@ -64,6 +64,7 @@ def test_summary_and_metric_name_device_path_dtype(tmp_path: Path) -> None:
     assert summary["learner_device"] == "cpu"
     assert summary["learner_update_path"] == "numpy-flat"
     assert summary["learner_dtype"] == "float32"
+    assert summary["learner_denormals"] == "flushed"  # ACTORQ_FLUSH_DENORMALS's default
     # auto measured both of DQN's CPU paths at start-up (ms per update)
     timings = summary["learner_device_timings"]
     assert set(timings) == {"cpu/numpy-flat", "cpu/torch-eager"}, timings
@@ -73,6 +74,7 @@ def test_summary_and_metric_name_device_path_dtype(tmp_path: Path) -> None:
     # the start-up line, with the timings
     assert "device cpu, update path numpy-flat, dtype float32, measured cpu/" in log
     assert "learner device cpu (auto: fastest of " in log  # and why
+    assert " ms, denormals flushed, control port" in log
 
 
 @pytest.mark.gpu

@@ -29,10 +29,12 @@ def test_environment_values_are_typed() -> None:
         "ACTORQ_SEED": "7",
         "ACTORQ_SAMPLES_PER_INSERT": "2.5",
         "ACTORQ_PRECISION": "fp16",
+        "ACTORQ_FLUSH_DENORMALS": "false",
         "ACTORQ_UNRELATED": "ignored",
     }
     s = load_settings(LearnerSettings, env)
     assert s.hidden == (512, 512, 512) and s.seed == 7
+    assert s.flush_denormals is False and LearnerSettings().flush_denormals is True
     assert s.samples_per_insert == 2.5 and s.precision == "fp16"
     actor = load_settings(ActorSettings, {"ACTORQ_EVALUATOR": "yes", "ACTORQ_NUM_ACTORS": "3"})
     assert actor.evaluator is True and actor.instance_id == "evaluator"
@@ -51,6 +53,7 @@ def test_round_trip_through_environment() -> None:
         (LearnerSettings, {"ACTORQ_PRECISION": "int3"}, "int3"),
         (LearnerSettings, {"ACTORQ_REDIS_URL": "localhost:6379"}, "localhost:6379"),
         (ActorSettings, {"ACTORQ_EVALUATOR": "maybe"}, "ACTORQ_EVALUATOR"),
+        (LearnerSettings, {"ACTORQ_FLUSH_DENORMALS": "ftz"}, "ACTORQ_FLUSH_DENORMALS"),
         (ActorSettings, {"ACTORQ_ACTOR_INDEX": "4", "ACTORQ_NUM_ACTORS": "4"}, "actor_index"),
         (QuantizerSettings, {"ACTORQ_CHUNK_BYTES": str(16 << 20)}, "chunk_bytes"),
         (QuantizerSettings, {"ACTORQ_GRPC_PORT": "70000"}, "70000"),
