@@ -45,6 +45,13 @@ def _actorq(args: list[str], **kwargs) -> subprocess.Popen:
     )
 
 
+# Env steps a run may take to reach 195. Measured with these flags, seed 1, on Xeon-VNNI
+# (2026-12-02, 2 cores; the services' timing makes each run differ): with 400k, 18 of 21
+# runs solved (at 122k-333k) and 3 ended below 195 (two near it, one after a collapse;
+# one with the learner's subnormals kept, two flushed); with 600k, 10 of 10 (155k-253k).
+ENV_STEP_BUDGET = 600_000
+
+
 def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     run_dir = tmp_path / "cartpole-int8"
     proc = _actorq(
@@ -58,7 +65,7 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
             "--target-return",
             "195",
             "--max-env-steps",
-            "400000",
+            str(ENV_STEP_BUDGET),
             "--run-dir",
             str(run_dir),
             "--seed",
@@ -71,7 +78,7 @@ def test_int8_actors_learn_cartpole(tmp_path: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["solved"] is True, summary
     assert summary["final_mean_return"] >= 195
-    assert summary["env_steps"] <= 400000 + 50000
+    assert summary["env_steps"] <= ENV_STEP_BUDGET + 50000
     assert summary["precision"] == "int8" and summary["actors"] == 2
     assert summary["eval_episodes"] >= 100
     assert summary["learner_updates"] > 0 and summary["policy_versions"] > 1
