@@ -41,6 +41,11 @@ def denormals_flushed() -> bool:
         return bool(np.float32(_SMALLEST_NORMAL) * np.float32(0.5) == 0)
 
 
+def subnormal_mask(values: np.ndarray) -> np.ndarray:
+    """Where float32 `values` are subnormal: nonzero and below the smallest normal number."""
+    return (values != 0) & (np.abs(values) < _SMALLEST_NORMAL)
+
+
 def describe() -> str:
     """For the learner's start-up line and summary.json: "flushed" or "kept"."""
     return "flushed" if denormals_flushed() else "kept"

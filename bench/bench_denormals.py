@@ -28,26 +28,24 @@ from arms import cpu_label
 
 def arm_worker(flush: bool, updates: int, block: int) -> dict:
     """ms per update of each block of `block` updates, and the subnormal share at its end."""
-    import gymnasium as gym
     import numpy as np
     import torch
 
     from actorq.algos import load_algorithm_config, make_algorithm
-    from actorq.denormals import flush_denormals
+    from actorq.denormals import flush_denormals, subnormal_mask
     from actorq.learner.update_path import setup_learner
     from actorq.learner.update_step import UPDATE_COLUMNS, SampledBatches
-    from actorq.replay import ReplayStorage, UniformSampler
-    from actorq.replay.batch import TransitionBatch
+    from actorq.replay import UniformSampler
 
     torch.set_num_threads(1)  # the service's learner default (ACTORQ_TORCH_THREADS)
     flushed = flush_denormals(flush)
     cfg = load_algorithm_config("dqn", {})
     algo = make_algorithm("dqn", 4, 2, (64, 64), cfg, device="cpu", seed=0)
     path = setup_learner(algo, "cpu", "auto").update_path
-    storage = _random_play(gym, np, ReplayStorage(100_000, 4), TransitionBatch)
+    storage = _random_play()
     rng = np.random.default_rng(0)
     draws = SampledBatches(UniformSampler(), storage, cfg.batch_size, 8, rng, UPDATE_COLUMNS)
-    tiny, blocks = np.finfo(np.float32).tiny, []
+    blocks = []
     for _ in range(updates // block):
         started = time.perf_counter()
         for _ in range(block):
@@ -55,12 +53,19 @@ def arm_worker(flush: bool, updates: int, block: int) -> dict:
             algo.update(batch, sample.weights)
         ms = (time.perf_counter() - started) / block * 1e3
         m = torch.cat([s["exp_avg"].flatten() for s in algo.optimizer.state.values()]).numpy()
-        blocks.append({"ms": ms, "subnormal": float(((m != 0) & (np.abs(m) < tiny)).mean())})
+        blocks.append({"ms": ms, "subnormal": float(subnormal_mask(m).mean())})
     return {"flushed": flushed, "path": path, "blocks": blocks}
 
 
-def _random_play(gym, np, storage, TransitionBatch, steps: int = 50_000):
+def _random_play(steps: int = 50_000):  # -> ReplayStorage
     """`steps` CartPole transitions of a uniform random policy, 8 envs at a time."""
+    import gymnasium as gym
+    import numpy as np
+
+    from actorq.replay import ReplayStorage
+    from actorq.replay.batch import TransitionBatch
+
+    storage = ReplayStorage(100_000, 4)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8)
     obs, _ = envs.reset(seed=0)
     rng = np.random.default_rng(0)

@@ -52,7 +52,7 @@ _DEAD_INPUT_RUN = """
     import json, sys
     import numpy as np, torch
     from actorq.algos import load_algorithm_config, make_algorithm
-    from actorq.denormals import flush_denormals
+    from actorq.denormals import flush_denormals, subnormal_mask
     from actorq.learner.update_path import setup_learner
     from actorq.testing.batches import random_update_batches
     torch.set_num_threads(1)
@@ -64,13 +64,13 @@ _DEAD_INPUT_RUN = """
     for b in batches * 5:
         algo.update(b)
     dead = [dict(b, obs=b["obs"] * np.float32([1, 1, 1, 0])) for b in batches]
-    tiny, most = np.finfo(np.float32).tiny, 0
+    most = 0
     for i in range(1000):
         algo.update(dead[i % len(dead)])
         if i >= 600 and i % 20 == 0:
             m = torch.cat([s["exp_avg"].flatten() for s in algo.optimizer.state.values()])
             m = m.numpy()
-            most = max(most, int(((m != 0) & (np.abs(m) < tiny)).sum()))
+            most = max(most, int(subnormal_mask(m).sum()))
     print(json.dumps({{"path": path, "most_subnormal": most}}))
 """
 
