@@ -285,7 +285,7 @@ def main() -> None:
                             flush=True,
                         )
     # Rounds differ more than arms on a shared machine (the alone rate alone moved 40%
-    # between rounds on 2 cores, BENCHMARKS 20h): the median says more than one round.
+    # between rounds on 2 cores, BENCHMARKS 20g): the median says more than one round.
     print(f"service/alone median {statistics.median(ratios):.2f} of {len(ratios)} run(s)")
     print(f"service/alone min {min(ratios):.2f}")
 

@@ -1,7 +1,7 @@
 """ProgressReport against a real Redis: what the training thread requests reaches Redis
 within half a second, the newest request wins, a repeated request is written again
-(after a failed write), a busy learner reports at most once per REPORT_MIN_SECONDS while
-an idle one reports at once, and close stops the reporter thread."""
+(after a failed write), a busy learner's counts are written at most once per REPORT_MIN_SECONDS,
+the newest of them, while an idle one reports at once, and close stops the reporter thread."""
 
 from __future__ import annotations
 
@@ -61,21 +61,28 @@ def test_a_repeated_request_is_written_again(
 def test_a_busy_learner_reports_at_most_once_per_floor_an_idle_one_at_once(
     redis_client: redis.Redis, redis_keys: RedisKeys
 ) -> None:
-    report = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=60.0)
+    floor = 0.25
+    report = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=floor)
     try:
-        report.request_paced(10)
-        _wait_for(redis_client, redis_keys.learner_updates, 10)
-        report.request_paced(20)  # within the floor: dropped
-        time.sleep(0.3)
-        assert redis_client.get(redis_keys.learner_updates) == b"10"
-        report.request(30)  # the idle path is never paced
-        _wait_for(redis_client, redis_keys.learner_updates, 30)
+        started = time.monotonic()
+        updates = 0
+        while time.monotonic() < started + 1.0:  # a busy learner: a count every ms
+            updates += 1
+            report.request_paced(updates)
+            time.sleep(0.001)
+        busy_writes = report.writes
+        # a turn per floor: 4 in the second, none of them at each of the ~1,000 requests
+        assert 2 <= busy_writes <= 1.0 / floor + 1, busy_writes
+        _wait_for(redis_client, redis_keys.learner_updates, updates, seconds=2 * floor)
+        report.request(updates + 1)  # the idle path is never paced
+        assert _wait_for(redis_client, redis_keys.learner_updates, updates + 1) < floor / 2
     finally:
         report.close()
     unpaced = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=0.0)
     try:
         for updates in (40, 50):
             unpaced.request_paced(updates)
-            _wait_for(redis_client, redis_keys.learner_updates, updates)
+            assert _wait_for(redis_client, redis_keys.learner_updates, updates) < 0.5
     finally:
         unpaced.close()
+    assert not unpaced._thread.is_alive()
