@@ -8,10 +8,11 @@ parameters each live in one contiguous torch buffer that every `nn.Parameter` an
 optimizer-state tensor views, so state dicts, checkpoints, `policy_weights` and the torch
 fallback keep working unchanged.
 
-The maths is `DQNLearner.step`'s, written again for speed; tests/unit/test_dqn_flat_update.py
-pins the two together (equal to float rounding: BLAS and MKL sum in other orders). It runs
-on one thread; with more torch threads, or a data-parallel learner (grad_sync), the
-learner's own step runs.
+The forward, loss, backward and clip are `DQNLearner.step`'s written again for speed; Adam
+is torch's fused kernel (`optim.fused_adam_kernel`, the one every path runs) over the flat
+buffers in one call. tests/unit/test_dqn_flat_update.py pins the two paths together (equal
+to float rounding: BLAS and MKL sum in other orders). It runs on one thread; with more
+torch threads, or a data-parallel learner (grad_sync), the learner's own step runs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 
 from actorq.algos.base import check_rows, require_keys
 from actorq.algos.dqn_update import BATCH_KEYS, DQNUpdate, multi_step
-from actorq.algos.optim import sync_targets
+from actorq.algos.optim import fused_adam_kernel, sync_targets
 from actorq.models.mlp_grad import linear_layers
 
 
@@ -90,7 +91,9 @@ class FlatDQNUpdate:
         self.np_flat, self.np_grad = self.flat.numpy(), self.grad_flat.numpy()
         self.np_avg, self.np_avg_sq = self.exp_avg.numpy(), self.exp_avg_sq.numpy()
         self.np_steps = self.steps.numpy()
-        self.tmp, self.tmp2 = np.empty(n, np.float32), np.empty(n, np.float32)
+        # torch's fused Adam kernel over the whole flat buffer at once: one step count (the
+        # first parameter's; they are equal whenever this path runs, see `usable`).
+        self.adam_lists = _FlatAdamLists(self)
         layers = linear_layers(learner.online)
         self.W = [m.weight.detach().numpy() for m in layers]
         self.b = [m.bias.detach().numpy() for m in layers]
@@ -204,7 +207,9 @@ class FlatDQNUpdate:
         loss = _huber_into(bufs, index, diff, td_abs, w, cfg.huber_delta)
         _backward(bufs, obs, self.W, self.dW, self.db)
         grad_norm = _clip(self.np_grad, cfg.max_grad_norm)
-        _adam(self, self.learner.optimizer.param_groups[0])
+        self.np_steps += 1.0
+        group = self.learner.optimizer.param_groups[0]
+        fused_adam_kernel(self.adam_lists, [self.grad_flat], group, group["lr"])
         return DQNUpdate(
             loss=loss, q_mean=float(np.add.reduce(q)) / size, td_abs=td_abs, grad_norm=grad_norm
         )
@@ -328,33 +333,12 @@ def _clip(g: np.ndarray, max_norm: float) -> float:
     return float(total)
 
 
-def _adam(f: FlatDQNUpdate, group: dict) -> None:
-    """torch's fused Adam (no weight decay, no amsgrad) on the flat buffers."""
-    lr, eps = group["lr"], group["eps"]
-    beta1, beta2 = group["betas"]
-    steps = f.np_steps
-    steps += 1.0
-    step = float(steps[0])
-    bias_correction1 = 1.0 - beta1**step
-    bias_correction2_sqrt = math.sqrt(1.0 - beta2**step)
-    step_size = lr / bias_correction1
-    g, m, v, tmp, tmp2 = f.np_grad, f.np_avg, f.np_avg_sq, f.tmp, f.tmp2
-    # m.lerp_(g, 1 - beta1)
-    np.subtract(g, m, out=tmp)
-    tmp *= 1.0 - beta1
-    m += tmp
-    # v = v * beta2 + (1 - beta2) * g * g
-    v *= beta2
-    np.multiply(g, 1.0 - beta2, out=tmp)
-    tmp *= g
-    v += tmp
-    # p += -step_size * m / (sqrt(v) / sqrt(bias_correction2) + eps)
-    np.sqrt(v, out=tmp)
-    tmp /= bias_correction2_sqrt
-    tmp += eps
-    np.multiply(m, -step_size, out=tmp2)
-    tmp2 /= tmp
-    f.np_flat += tmp2
+class _FlatAdamLists:
+    """The one-tensor lists `fused_adam_kernel` takes, over a runner's flat buffers."""
+
+    def __init__(self, f: FlatDQNUpdate) -> None:
+        self.params, self.exp_avgs, self.exp_avg_sqs = [f.flat], [f.exp_avg], [f.exp_avg_sq]
+        self.steps = [f.steps[0]]  # a 0-d view: the kernel reads it, np_steps counts it
 
 
 def _f32(values: np.ndarray) -> np.ndarray:

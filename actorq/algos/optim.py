@@ -102,8 +102,15 @@ class _AdamLists:
 def fused_adam(state: Any, grads: list[torch.Tensor], group: dict, lr: Any) -> None:
     """One Adam step with torch's fused kernel (what Adam(fused=True) runs) on `state`'s
     params/exp_avgs/exp_avg_sqs/steps lists; `lr` a float or a device tensor."""
-    beta1, beta2 = group["betas"]
     torch._foreach_add_(state.steps, 1)
+    fused_adam_kernel(state, grads, group, lr)
+
+
+@torch.no_grad()
+def fused_adam_kernel(state: Any, grads: list[torch.Tensor], group: dict, lr: Any) -> None:
+    """`fused_adam` with the steps already counted: the kernel alone (the numpy-flat path
+    counts its steps in numpy and runs this on its flat buffers)."""
+    beta1, beta2 = group["betas"]
     torch._fused_adam_(
         state.params,
         grads,
