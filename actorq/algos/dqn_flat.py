@@ -87,10 +87,8 @@ class FlatDQNUpdate:
         # does, so `prime_optimizer` and state dicts of fresh learners stay as they were).
         self.uniform_steps = True
         self._adopted: list[torch.Tensor] = []
-        # numpy views of the same memory
-        self.np_flat, self.np_grad = self.flat.numpy(), self.grad_flat.numpy()
-        self.np_avg, self.np_avg_sq = self.exp_avg.numpy(), self.exp_avg_sq.numpy()
-        self.np_steps = self.steps.numpy()
+        # numpy views of the same memory (the clip scales the gradient, the update counts steps)
+        self.np_grad, self.np_steps = self.grad_flat.numpy(), self.steps.numpy()
         # torch's fused Adam kernel over the whole flat buffer at once: one step count (the
         # first parameter's; they are equal whenever this path runs, see `usable`).
         self.adam_lists = _FlatAdamLists(self)
