@@ -73,11 +73,16 @@ def test_a_busy_learner_reports_at_most_once_per_floor_an_idle_one_at_once(
         busy_writes = report.writes
         # a turn per floor: 4 in the second, none of them at each of the ~1,000 requests
         assert 2 <= busy_writes <= 1.0 / floor + 1, busy_writes
-        _wait_for(redis_client, redis_keys.learner_updates, updates, seconds=2 * floor)
-        report.request(updates + 1)  # the idle path is never paced
-        assert _wait_for(redis_client, redis_keys.learner_updates, updates + 1) < floor / 2
+        _wait_for(redis_client, redis_keys.learner_updates, updates)  # the newest lands
     finally:
         report.close()
+    slow = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=30.0)
+    try:
+        time.sleep(0.1)  # the reporter is inside its first 30 s turn
+        slow.request(7)  # the idle path wakes it: no waiting for the turn
+        assert _wait_for(redis_client, redis_keys.learner_updates, 7) < 1.0
+    finally:
+        slow.close()
     unpaced = ProgressReport(redis_client, redis_keys, lambda: 0, min_seconds=0.0)
     try:
         for updates in (40, 50):
