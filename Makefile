@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: docs config-docs blob-vectors
-.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service pong bench-learner-service bench-denormals gpu-wheels bench-links bench-throughput
+.PHONY: help setup run test test-unit test-integration test-e2e lint format proto proto-check bench bench-quick bench-solve bench-sumtree clean deploy-check dashboard dev-certs redis-acl bench-fuzz bench-input-norm bench-threads bench-learner bench-learner-trees bench-ingest bench-ingest-contention bench-startup bench-regimes bench-stability bench-kill-drill bench-sparse bench-sparse-blob bench-conv image bench-compose compose-e2e study study-quick scale scale-smoke gpu-check gpu-throughput gpu-service pong bench-learner-service bench-denormals bench-replay-bytes gpu-wheels bench-links bench-throughput
 
 help:  ## list the targets with what each does (this list)
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,8 @@ bench-input-norm: $(STAMP)  ## int8/int4 action error, obs normalisation carried
 
 bench-conv: $(STAMP)  ## int8 vs fp32 Nature-CNN convolution, batch 1/8/32/64, one thread (BENCHMARKS.md 15c; ARGS=--rounds 3)
 	$(PY) bench/bench_conv.py $(ARGS)
+bench-replay-bytes: $(STAMP)  ## pixel replay batches through Redis: bytes per transition raw vs zstd, Pong and MinAtar (BENCHMARKS.md 15m; ~1 min)
+	$(PY) bench/bench_replay_bytes.py $(ARGS)
 bench-sparse: $(STAMP)  ## dense vs RLx2 90%-sparse TD3 on Pendulum-v1, 3 seeds, interleaved (BENCHMARKS.md 13; ~25 min; ARGS=--algo sac ...)
 	nice -n 5 $(PY) bench/bench_sparse.py --algo td3 --env Pendulum-v1 --seeds 0,1,2 --sparsities 0,0.9 --env-steps 16000 $(ARGS)
 
