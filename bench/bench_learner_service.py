@@ -23,6 +23,10 @@ captured `--update-path`, e.g. torch-eager on the CPU, cuda-graph on a GPU).
 the defaults) runs the service once per such setting, interleaved like the arms above.
 `--replay prioritized` runs every service arm on prioritized replay (on the ring: its
 priorities on the device); the alone arm is the same update either way.
+`--alone-drawn` also runs the update through the service's own UpdateStep on a full replay
+mirror of the service's capacity (draws of 8 batches, gathers of random rows, bookkeeping;
+no ingest, actors or Redis) and prints the service against it: what the replay's memory
+costs the update, apart from what the service adds.
 `--crowded-alone N` also runs N copies of the alone update at once (N = the cores) and
 prints the service against a copy's rate: what the update itself does when no core is
 idle, as in the service, where actors, Redis and the quantizer run on the other cores.
@@ -55,8 +59,11 @@ CASES = {  # algo -> (env, hidden, obs_dim, outputs) as the service runs it
 }
 
 
-def alone_worker(algo: str, device: str, seconds: float, path: str = "auto") -> dict:
-    """Updates/s of the algorithm's update alone, on the path the service would run."""
+def alone_worker(
+    algo: str, device: str, seconds: float, path: str = "auto", drawn: bool = False
+) -> dict:
+    """Updates/s of the algorithm's update alone, on the path the service would run; with
+    `drawn`, through the service's own `UpdateStep` drawing from a full replay mirror."""
     import torch
 
     from actorq.algos import load_algorithm_config, make_algorithm
@@ -73,8 +80,14 @@ def alone_worker(algo: str, device: str, seconds: float, path: str = "auto") -> 
     info = setup_learner(learner, device, path)
     batches = random_update_batches(algo, obs, out, config.batch_size, seed=0)
     runner = captured_runner(learner)
+    step = _drawn_step(learner, algo, obs, out, config.batch_size) if drawn else None
 
     def run(n: int) -> None:
+        if step is not None:
+            done = 0
+            while done < n:
+                done += step(None, n - done)
+            return
         for i in range(n):
             batch = batches[i % len(batches)]
             if runner is None:
@@ -95,11 +108,40 @@ def alone_worker(algo: str, device: str, seconds: float, path: str = "auto") -> 
     return {"updates_per_s": done / elapsed, "path": info.update_path, "batch": config.batch_size}
 
 
-def _alone(algo: str, device: str, seconds: float, path: str, copies: int = 1) -> dict:
+def _drawn_step(learner, algo: str, obs: int, out: int, batch_size: int):
+    """The learner service's `UpdateStep` (its draws of 8 batches at once, gathers and
+    bookkeeping) on a replay mirror of the service's default capacity, full of random
+    transitions: the update as the service feeds it, without ingest, actors or Redis.
+    (Continuous runs in the service gather through RLx2's one-batch draw instead.)"""
+    import numpy as np
+
+    from actorq.config import LearnerSettings
+    from actorq.learner.counters import LearnerCounters
+    from actorq.learner.update_step import UpdateStep
+    from actorq.replay import ReplayStorage, TransitionBatch, UniformSampler
+    from actorq.testing.batches import random_update_batches
+
+    capacity = LearnerSettings().replay_capacity
+    storage = ReplayStorage(capacity, obs, 0 if algo == "dqn" else out)
+    chunk = 10_000
+    for b in random_update_batches(algo, obs, out, chunk, n=-(-capacity // chunk), seed=1):
+        action = b["action"].astype(np.int64 if algo == "dqn" else np.float32)
+        storage.add(TransitionBatch(
+            obs=b["obs"], action=action, reward=b["reward"], next_obs=b["next_obs"],
+            done=b["done"].astype(bool), actor_id="bench", policy_version=1, precision="int8",
+        ))  # fmt: skip
+    rng = np.random.default_rng(0)
+    return UpdateStep(learner, storage, UniformSampler(), batch_size, LearnerCounters(), rng)
+
+
+def _alone(
+    algo: str, device: str, seconds: float, path: str, copies: int = 1, drawn: bool = False
+) -> dict:
     """The update alone; with `copies` > 1 that many at once (one per core), and the mean
-    updates/s of a copy: the update's rate when the other cores are busy too."""
+    updates/s of a copy: the update's rate when the other cores are busy too. `drawn`:
+    through UpdateStep on a full replay mirror (alone_worker)."""
     cmd = [sys.executable, __file__, "--worker", algo, "--devices", device]
-    cmd += ["--seconds", str(seconds), "--update-path", path]
+    cmd += ["--seconds", str(seconds), "--update-path", path] + (["--alone-drawn"] if drawn else [])
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
         for _ in range(copies)
@@ -178,6 +220,7 @@ def _window_update_ms(first: dict, last: dict) -> float:
 
 
 def _crowded_cells(crowded: dict | None, service_rate: float) -> str:
+    """`| rate | service/rate |` cells of a further alone arm (crowded, drawn), or none."""
     if crowded is None:
         return ""
     rate = crowded["updates_per_s"]
@@ -224,10 +267,17 @@ def main() -> None:
         "--service-env", action="append", default=None, metavar="K=V,...",
         help="a service arm's extra ACTORQ_* settings (repeat for more arms; '' = defaults)",
     )  # fmt: skip
+    p.add_argument(
+        "--alone-drawn", action="store_true",
+        help="also run the update through the service's UpdateStep on a full replay mirror "
+        "(its draws and gathers, no ingest or actors) and print the service against it",
+    )  # fmt: skip
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(alone_worker(args.worker, args.devices, args.seconds, args.update_path)))
+        print(json.dumps(alone_worker(
+            args.worker, args.devices, args.seconds, args.update_path, args.alone_drawn
+        )))  # fmt: skip
         return
     algos = args.algos.split(",")
     env_arms = args.service_env or [""]
@@ -244,10 +294,12 @@ def main() -> None:
     print("| algo | device | path | ingest | ring k | service env | alone upd/s | service upd/s "
           "| service/alone | env steps/s | learner wait | learner sample | learner update "
           "| update ms service/alone | learner CPU/wall | learner CPU ms/update |"
-          + (" crowded alone upd/s | service/crowded |" if args.crowded_alone else ""))  # fmt: skip
+          + (" crowded alone upd/s | service/crowded |" if args.crowded_alone else "")
+          + (" drawn alone upd/s | service/drawn |" if args.alone_drawn else ""))  # fmt: skip
     print("|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-          + ("---:|---:|" if args.crowded_alone else ""))  # fmt: skip
-    ratios = []
+          + ("---:|---:|" if args.crowded_alone else "")
+          + ("---:|---:|" if args.alone_drawn else ""))  # fmt: skip
+    ratios, drawn_ratios = [], []
     with tempfile.TemporaryDirectory(prefix="actorq-lsvc-") as tmp:
         for rnd in range(args.rounds):
             for algo in algos:
@@ -256,6 +308,11 @@ def main() -> None:
                     crowded = (
                         _alone(algo, device, args.seconds, args.update_path, args.crowded_alone)
                         if args.crowded_alone
+                        else None
+                    )
+                    drawn = (
+                        _alone(algo, device, args.seconds, args.update_path, drawn=True)
+                        if args.alone_drawn
                         else None
                     )
                     arms = [
@@ -281,11 +338,17 @@ def main() -> None:
                             f"| {svc['sample']:.2f} | {svc['update']:.2f} "
                             f"| {svc['update_ms']:.3f} / {1e3 / alone['updates_per_s']:.3f} "
                             f"| {cpu:.2f} | {per_update:.3f} |"
-                            + _crowded_cells(crowded, svc["updates_per_s"]),
+                            + _crowded_cells(crowded, svc["updates_per_s"])
+                            + _crowded_cells(drawn, svc["updates_per_s"]),
                             flush=True,
                         )
+                        if drawn is not None:
+                            drawn_ratios.append(svc["updates_per_s"] / drawn["updates_per_s"])
     # Rounds differ more than arms on a shared machine (the alone rate alone moved 40%
     # between rounds on 2 cores, BENCHMARKS 20g): the median says more than one round.
+    if drawn_ratios:
+        print(f"service/drawn median {statistics.median(drawn_ratios):.2f} of "
+              f"{len(drawn_ratios)} run(s)")  # fmt: skip
     print(f"service/alone median {statistics.median(ratios):.2f} of {len(ratios)} run(s)")
     print(f"service/alone min {min(ratios):.2f}")
 
