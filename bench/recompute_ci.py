@@ -76,7 +76,7 @@ def section_text(text: str, section: str) -> str:
 def sparse_finals(body: str, tables: list[int] | None) -> dict[float, list[float]]:
     """sparsity -> final int8 returns, from tables headed `| sparsity | seed | ...` (a row
     per run) or `| sparsity | seeds | final int8 per seed | ...` (a row per sparsity, the
-    runs' values comma-separated)."""
+    runs' values separated by ", ", thousands by a bare ",")."""
     finals: dict[float, list[float]] = {}
     index, column, per_seed = -1, None, False
     for line in body.splitlines():
@@ -93,7 +93,7 @@ def sparse_finals(body: str, tables: list[int] | None) -> dict[float, list[float
         try:
             sparsity = float(cells[0])
             raw = cells[column].split(", ") if per_seed else [cells[column].replace(",", "")]
-            values = [float(v) for v in raw]
+            values = [float(v.replace(",", "")) for v in raw]  # "1,358.2, 1,167.9"
         except (ValueError, IndexError):
             column = None  # another table ended this one
             continue
