@@ -10,8 +10,10 @@ With numba and scipy installed and `ACTORQ_FUSED_ACT=1` (default):
 - `FusedEpsilonGreedy`: `EpsilonGreedy` in one numba call (same seed, same draws);
 - `FusedRecorder`: `StepRecorder` in one numba call, for flat float32 observations.
 Otherwise the torch module, `EpsilonGreedy` and `StepRecorder` run. Importing numba and
-loading the cached kernels (~1-1.5 s) happen while the actor is built (`fast_acting`),
-before its loop's clock starts (BENCHMARKS.md 23l).
+loading the cached kernels (~1-1.5 s) happen once in the zygote for every actor `actorq
+run` forks (actorq.actor.preload); an actor started on its own (spawn mode, a container)
+does it while it is built (`fast_acting`), before its loop's clock starts (BENCHMARKS.md
+23l, 12e).
 """
 
 from __future__ import annotations

@@ -26,6 +26,21 @@ _ADD_PARAM_GROUP = getattr(
 # The same for Adam.step's _use_grad wrapper (its first call imports torch._dynamo, 2-3 s
 # of a learner's start-up under load): `FastAdam.step` already runs under no_grad.
 _ADAM_STEP = getattr(torch.optim.Adam.step, "__wrapped__", torch.optim.Adam.step)
+# ... and for state_dict / load_state_dict, also under _disable_dynamo: the learner reads
+# its dtype from its state dict before publishing its first policy (1.5 s of start-up on
+# a 2-core Xeon, BENCHMARKS.md 12e), and the first checkpoint would stall the training
+# thread as long.
+_STATE_DICT = getattr(
+    torch.optim.Optimizer.state_dict, "__wrapped__", torch.optim.Optimizer.state_dict
+)
+_LOAD_STATE_DICT = getattr(
+    torch.optim.Optimizer.load_state_dict, "__wrapped__", torch.optim.Optimizer.load_state_dict
+)
+# ... and zero_grad, which the eager path calls before each backward: `auto` times that
+# path at start-up (actorq.learner.device_probe), before the first policy is published.
+_ZERO_GRAD = getattr(
+    torch.optim.Optimizer.zero_grad, "__wrapped__", torch.optim.Optimizer.zero_grad
+)
 
 
 class FastAdam(torch.optim.Adam):
@@ -37,8 +52,14 @@ class FastAdam(torch.optim.Adam):
         super().__init__(params, lr=lr, eps=eps, fused=fused)
         self._cache: _AdamLists | None = None
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _ZERO_GRAD(self, set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return _STATE_DICT(self)  # torch's own code without the dynamo guard (see above)
+
     def load_state_dict(self, state_dict: dict) -> None:
-        super().load_state_dict(state_dict)
+        _LOAD_STATE_DICT(self, state_dict)
         self._cache = None  # the state tensors were replaced
 
     def add_param_group(self, param_group: dict) -> None:

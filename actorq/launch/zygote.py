@@ -42,6 +42,7 @@ PRELOAD = (
     "services.learner.main",
     "services.actor.main",
     "services.quantizer.main",
+    "actorq.actor.preload",  # numba and the actors' compiled kernels, loaded once
 )
 
 
