@@ -43,5 +43,7 @@ def test_drawn_step_samples_the_full_mirror_and_trains() -> None:
 
 
 def test_worker_reports_the_drawn_rate_on_the_service_path() -> None:
-    got = _bench().alone_worker("dqn", "cpu", 0.5, drawn=True)
+    # Through the bench's own worker process: the worker sets process-wide state (torch
+    # threads, flush-to-zero) that must not leak into this test process.
+    got = _bench()._alone("dqn", "cpu", 0.5, "auto", drawn=True)
     assert got["path"] == "numpy-flat" and got["batch"] == 128 and got["updates_per_s"] > 0
