@@ -19,28 +19,26 @@ from typing import Any
 import torch
 from torch import nn
 
-_ADD_PARAM_GROUP = getattr(
-    torch.optim.Optimizer.add_param_group, "__wrapped__", torch.optim.Optimizer.add_param_group
-)
 
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's function without its decorator (`_disable_dynamo`, `_use_grad`), whose
+    first call imports torch._dynamo; the function itself if torch drops the decorator."""
+    return getattr(fn, "__wrapped__", fn)
+
+
+_Optimizer = torch.optim.Optimizer
+_ADD_PARAM_GROUP = _unwrapped(_Optimizer.add_param_group)
 # The same for Adam.step's _use_grad wrapper (its first call imports torch._dynamo, 2-3 s
 # of a learner's start-up under load): `FastAdam.step` already runs under no_grad.
-_ADAM_STEP = getattr(torch.optim.Adam.step, "__wrapped__", torch.optim.Adam.step)
-# ... and for state_dict / load_state_dict, also under _disable_dynamo: the learner reads
-# its dtype from its state dict before publishing its first policy (1.5 s of start-up on
-# a 2-core Xeon, BENCHMARKS.md 12e), and the first checkpoint would stall the training
-# thread as long.
-_STATE_DICT = getattr(
-    torch.optim.Optimizer.state_dict, "__wrapped__", torch.optim.Optimizer.state_dict
-)
-_LOAD_STATE_DICT = getattr(
-    torch.optim.Optimizer.load_state_dict, "__wrapped__", torch.optim.Optimizer.load_state_dict
-)
-# ... and zero_grad, which the eager path calls before each backward: `auto` times that
-# path at start-up (actorq.learner.device_probe), before the first policy is published.
-_ZERO_GRAD = getattr(
-    torch.optim.Optimizer.zero_grad, "__wrapped__", torch.optim.Optimizer.zero_grad
-)
+_ADAM_STEP = _unwrapped(torch.optim.Adam.step)
+# ... for state_dict / load_state_dict: the learner reads its dtype from its state dict
+# before publishing its first policy (1.5 s of start-up on a 2-core Xeon, BENCHMARKS.md
+# 12e), and the first checkpoint would stall the training thread as long; and for
+# zero_grad, which the eager path calls before each backward (`auto` times that path at
+# start-up, actorq.learner.device_probe).
+_STATE_DICT = _unwrapped(_Optimizer.state_dict)
+_LOAD_STATE_DICT = _unwrapped(_Optimizer.load_state_dict)
+_ZERO_GRAD = _unwrapped(_Optimizer.zero_grad)
 
 
 class FastAdam(torch.optim.Adam):
