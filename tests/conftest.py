@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -31,6 +35,147 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
     for item in gpu_items:
         item.add_marker(skip)
+
+
+# Settings that belong to the whole pytest process. A test that changes one and does not
+# put it back changes every later test: flush-to-zero left set by an in-process bench
+# worker once made hypothesis refuse subnormal floats and zeroed the int4 scale vectors
+# in 11 unrelated tests. Tests that need another value use a fixture that restores it
+# (one_torch_thread, monkeypatch.setenv) or run the code in a subprocess.
+_THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _process_settings() -> dict[str, object]:
+    import numpy as np
+    import torch
+
+    from actorq.denormals import denormals_flushed
+
+    settings: dict[str, object] = {
+        "subnormals flushed (MXCSR FTZ/DAZ)": denormals_flushed(),
+        "torch.get_num_threads()": torch.get_num_threads(),
+        "torch.get_default_dtype()": torch.get_default_dtype(),
+        "torch.is_grad_enabled()": torch.is_grad_enabled(),
+        "np.geterr()": np.geterr(),
+        "working directory": os.getcwd(),
+    }
+    settings.update({f"${name}": os.environ.get(name) for name in _THREAD_ENV})
+    settings.update({f"{sig.name} handler": signal.getsignal(sig) for sig in _SIGNALS})
+    return settings
+
+
+def _restore_process_settings(before: dict[str, object]) -> None:
+    import numpy as np
+    import torch
+
+    from actorq.denormals import flush_denormals
+
+    flush_denormals(bool(before["subnormals flushed (MXCSR FTZ/DAZ)"]))
+    torch.set_num_threads(int(before["torch.get_num_threads()"]))  # type: ignore[call-overload]
+    torch.set_default_dtype(before["torch.get_default_dtype()"])  # type: ignore[arg-type]
+    torch.set_grad_enabled(bool(before["torch.is_grad_enabled()"]))
+    np.seterr(**before["np.geterr()"])  # type: ignore[arg-type]
+    os.chdir(str(before["working directory"]))
+    for name in _THREAD_ENV:
+        value = before[f"${name}"]
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    for sig in _SIGNALS:
+        signal.signal(sig, before[f"{sig.name} handler"])  # type: ignore[arg-type]
+
+
+# Processes a test starts (services, `actorq run`, their children) end with it: a service
+# left running keeps its ports, cores and Redis keys for the rest of the suite, and an
+# orphan outlives the run. They are found by a mark in their environment, which every
+# process this pytest starts inherits (unless a test hands it an environment without it),
+# so grandchildren reparented to init count and another pytest's processes never do.
+_PROCESS_GRACE_S = 10.0
+_RUN_MARK = "ACTORQ_TEST_RUN"
+os.environ[_RUN_MARK] = uuid.uuid4().hex
+_MARK_BYTES = f"{_RUN_MARK}={os.environ[_RUN_MARK]}".encode()
+
+
+def _marked_processes() -> dict[tuple[int, int], str]:
+    """Live processes started under this pytest's mark, but pytest itself: (pid, start
+    time in clock ticks since boot) -> command line."""
+    me = os.getpid()
+    found: dict[tuple[int, int], str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if _MARK_BYTES not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if fields[0] != "Z":
+            found[(int(entry), int(fields[19]))] = command.strip()[:200]
+    return found
+
+
+def _processes_left(before: set[tuple[int, int]]) -> dict[int, str]:
+    """The processes the test started that still run `_PROCESS_GRACE_S` after it (stops
+    may be asynchronous); they are killed, so that the next test starts clean."""
+    deadline = time.monotonic() + _PROCESS_GRACE_S
+    left = {key: cmd for key, cmd in _marked_processes().items() if key not in before}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = {key: cmd for key, cmd in _marked_processes().items() if key not in before}
+    for pid, _ in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return {pid: cmd for (pid, _), cmd in left.items()}
+
+
+@pytest.fixture(autouse=True)
+def _no_state_left_behind() -> Iterator[None]:
+    """Fails a test that leaves a process-wide setting changed or a process it started
+    running (after putting the setting back and killing the process, so that the tests
+    after it run as they would alone). Fixtures of a wider scope are set up before it."""
+    before = _process_settings()
+    processes_before = set(_marked_processes())
+    threads_before = set(threading.enumerate())
+    yield
+    after = _process_settings()
+    changed = {key: (before[key], after[key]) for key in before if before[key] != after[key]}
+    problems = [f"  {key}: {old!r} -> {new!r}" for key, (old, new) in changed.items()]
+    if changed:
+        _restore_process_settings(before)
+    left = _processes_left(processes_before)
+    problems += [f"  process {pid} still running (killed): {cmd}" for pid, cmd in left.items()]
+    _THREADS_LEFT.extend(
+        f"{thread.name} ({'daemon' if thread.daemon else 'non-daemon'})"
+        for thread in set(threading.enumerate()) - threads_before
+        if thread.is_alive()
+    )
+    if problems:
+        pytest.fail(
+            "the test left process-wide state behind (restore settings with the "
+            "one_torch_thread fixture or monkeypatch, or run the code in a subprocess; stop "
+            "what it started):\n" + "\n".join(problems)
+        )
+
+
+_THREADS_LEFT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _THREADS_LEFT:
+        terminalreporter.write_line(f"threads left running by tests: {sorted(_THREADS_LEFT)}")
 
 
 @pytest.fixture

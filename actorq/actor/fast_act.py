@@ -18,8 +18,9 @@ does it while it is built (`fast_acting`), before its loop's clock starts (BENCH
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import numpy as np
@@ -35,16 +36,32 @@ def fused_available(enabled: bool) -> bool:
     not with numba). Imported here, only when switched on."""
     if not enabled:
         return False
-    # The kernels' products are small and the actor is one thread by design (actors scale
-    # by processes): OpenBLAS's thread pool, one per actor, only fights the others (23j).
-    # Read when scipy's OpenBLAS loads, so before that import; a user's setting stays.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
-        import numba  # noqa: F401
-        import scipy.linalg.cython_blas  # noqa: F401
+        with _one_blas_thread():
+            import numba  # noqa: F401
+            import scipy.linalg.cython_blas  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """OPENBLAS_NUM_THREADS=1 while scipy's OpenBLAS loads, unless the user set it.
+
+    The kernels' products are small and an actor is one thread by design (actors scale by
+    processes): OpenBLAS's thread pool, one per actor, only fights the others (23j).
+    OpenBLAS reads the variable once, when it loads; afterwards the process environment is
+    as it was, so that what this process starts (and a zygote's forks, or pytest's later
+    tests) does not inherit it."""
+    set_here = "OPENBLAS_NUM_THREADS" not in os.environ
+    if set_here:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if set_here:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
 
 
 class PolicyForward:

@@ -11,16 +11,12 @@ actor itself; an actor with ACTORQ_FUSED_ACT=0 ignores what was loaded.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from actorq.actor.fast_act import fused_available, warm_up
 
-_SET_HERE = "OPENBLAS_NUM_THREADS" not in os.environ
 try:
-    if fused_available(True):  # sets OPENBLAS_NUM_THREADS=1 before scipy's OpenBLAS loads
+    if fused_available(True):  # scipy's OpenBLAS with a pool of one; the environment kept
         warm_up()
 except Exception as exc:  # the zygote serves every service: an actor retries this itself
     print(f"actorq.actor.preload: the actors' kernels not preloaded: {exc!r}", file=sys.stderr)
-if _SET_HERE:  # the zygote's own environment; forked services get theirs from the launcher
-    os.environ.pop("OPENBLAS_NUM_THREADS", None)

@@ -94,9 +94,12 @@ def sparse_learner(
 
 
 def test_sparse_learner_trains_publishes_zeros_and_resumes_exactly(
-    redis_client: redis.Redis, redis_keys: RedisKeys, quantizer: str, tmp_path: Path
+    redis_client: redis.Redis,
+    redis_keys: RedisKeys,
+    quantizer: str,
+    tmp_path: Path,
+    one_torch_thread: None,
 ) -> None:
-    torch.set_num_threads(1)
     write_pendulum_episodes(redis_client, redis_keys, 1500)
     learner = sparse_learner(redis_client, redis_keys, quantizer, tmp_path, updates=60)
     learner.restore()  # rebuilds the mirror from the stream: 1500 rows, linked

@@ -3,6 +3,7 @@ it acts with `EpsilonGreedy` and the torch module (actorq.actor.fast_act)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,27 @@ def test_without_numba_or_scipy_the_fast_path_falls_back(missing: str) -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=120)  # fmt: skip
     assert out.stdout.split() == ["False", "EpsilonGreedy", "False"]
+
+
+def test_scipy_openblas_loads_with_one_thread_and_the_environment_stays_as_it_was() -> None:
+    """Switched on, the fast path loads scipy's OpenBLAS with a pool of one (an actor is
+    one thread), and leaves OPENBLAS_NUM_THREADS unset afterwards: what the process
+    starts later does not inherit it. A value the user set is kept."""
+    probe = (
+        "import ctypes, glob, os, pathlib\n"
+        "from actorq.actor.fast_act import fused_available\n"
+        "import scipy\n"
+        "assert fused_available(True)\n"
+        "libs = pathlib.Path(scipy.__file__).resolve().parent.parent / 'scipy.libs'\n"
+        "lib = ctypes.CDLL(glob.glob(str(libs / '*openblas*'))[0])\n"
+        "names = ('scipy_openblas_get_num_threads', 'openblas_get_num_threads')\n"
+        "get = next(getattr(lib, n) for n in names if hasattr(lib, n))\n"
+        "print(get(), os.environ.get('OPENBLAS_NUM_THREADS', 'unset'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    run = [sys.executable, "-c", probe]
+    out = subprocess.run(run, capture_output=True, text=True, check=True, timeout=120, env=env)
+    assert out.stdout.split() == ["1", "unset"], out.stdout + out.stderr
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run(run, capture_output=True, text=True, check=True, timeout=120, env=env)
+    assert out.stdout.split() == ["2", "2"], out.stdout + out.stderr

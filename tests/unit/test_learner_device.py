@@ -129,6 +129,7 @@ def test_measurement_times_every_cpu_path_dqn_offers_within_its_budget(one_torch
 
 
 def test_measurement_leaves_threads_and_rngs_as_they_were() -> None:
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         torch.manual_seed(5)
@@ -141,7 +142,7 @@ def test_measurement_leaves_threads_and_rngs_as_they_were() -> None:
         assert torch.equal(torch.rand(3), expected[0])
         assert np.array_equal(np.random.rand(3), expected[1])
     finally:
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
 
 
 def test_explicit_path_is_measured_alone(one_torch_thread) -> None:

@@ -17,6 +17,9 @@ from actorq.learner.checkpoint import Checkpointer
 from actorq.ptq import PTQError, load_policy, paired_drop, parse_bits, run_study
 from actorq.quant import quantized_policy_from_weights
 
+# `actorq ptq` sets one torch thread for its process; here it runs inside pytest's.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def _checkpoint(tmp_path: Path, algo: str, env_id: str, with_algo_meta: bool = True) -> Path:
     spec = policy_spec(env_id, algo, (16, 16))

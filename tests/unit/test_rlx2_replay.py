@@ -165,15 +165,13 @@ def test_capacity_state_survives_a_rebuilt_mirror() -> None:
 
 
 # --- the delayed n-step switch in the learner --------------------------------------------------
-def test_nstep_target_switches_on_after_the_delay() -> None:
-    import torch
+def test_nstep_target_switches_on_after_the_delay(one_torch_thread: None) -> None:
 
     from actorq.algos import TD3Config, make_algorithm
     from actorq.config import LearnerSettings
     from actorq.learner.rlx2 import RLx2Learning
     from actorq.sparse import SparseTrainingConfig
 
-    torch.set_num_threads(1)
     storage = ReplayStorage(1000, 1, 1, link_trajectories=True)
     for t in range(40):  # one long episode
         storage.add(transitions([(t, 1.0, t + 1, False)]))
