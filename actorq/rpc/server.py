@@ -36,8 +36,11 @@ class GrpcServer:
         max_workers: int = 64,
         tls: TlsConfig = PLAINTEXT,
     ) -> None:
+        self._executor = futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="grpc"
+        )
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+            self._executor,
             options=[*CHANNEL_OPTIONS, *SERVER_KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
             interceptors=[DecodeGuard()],  # undecodable requests: INVALID_ARGUMENT
         )
@@ -92,9 +95,12 @@ class GrpcServer:
         return self._status
 
     def stop(self, grace: float = 2.0) -> None:
-        """Refuse new calls, let running ones finish for `grace` seconds, then close."""
+        """Refuse new calls, let running ones finish for `grace` seconds, then close; the
+        handler threads end too (a server stopped inside a longer-lived process, as in the
+        tests, would otherwise keep its idle pool)."""
         self.set_serving(False)
         self._server.stop(grace).wait(grace + 1.0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def wait(self, timeout: float | None = None) -> bool:
         return bool(self._server.wait_for_termination(timeout))
