@@ -38,7 +38,7 @@ pytest_run() {
   return "$rc"
 }
 if [ $# -gt 0 ]; then  # paths or options of your own: one pytest run, as given
-  pytest_run tests "$@"
+  pytest_run "$@"  # with options only, pytest takes pyproject's testpaths: all of tests/
   exit $?
 fi
 # Unit and integration tests are isolated from each other (their own Redis key prefixes,
