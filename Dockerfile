@@ -39,7 +39,7 @@ RUN case "$WHEELS" in \
 # Removed above (~190 MB): C++ test binaries, headers and cmake files. They serve only
 # C++ extension builds and torch.compile's C++ code generation, which actorq never runs.
 # The pinned dependencies in their own layer, keyed on pyproject.toml only: a code change
-# rebuilds just the last layer (actorq itself, --no-deps).
+# rebuilds only the `app` stage below (actorq itself, --no-deps).
 # Declared only here: every image shares the torch layer above (an ARG is part of the
 # cache key of each RUN after it).
 ARG EXTRAS=mujoco,atari,plots,prioritized
@@ -47,23 +47,29 @@ WORKDIR /src
 COPY pyproject.toml deploy/docker/requirements.py ./
 RUN python requirements.py "$EXTRAS" > /tmp/requirements.txt \
  && pip install --no-cache-dir -r /tmp/requirements.txt
+# --- actorq itself, apart from its dependencies: a code change rebuilds this stage and one
+# small layer of the runtime, not the ~1.5 GB venv (which the runtime used to copy again).
+# --prefix puts it in lib/python3.11/site-packages and bin/ under /opt/app, the venv's
+# layout, with the venv's python in the scripts' first line.
+FROM build AS app
 COPY README.md ./
 COPY actorq ./actorq
 COPY services ./services
-RUN pip install --no-cache-dir --no-deps . \
- && python -c "import actorq, torch; print('actorq', actorq.__version__, 'torch', torch.__version__)"
+RUN pip install --no-cache-dir --no-deps --prefix /opt/app .
+
+# --- the dependencies as the runtime gets them
 # SLIM=1 (actorq:core, for the quantizer, actors and evaluator): without pip/setuptools and
 # without sympy, mpmath and networkx (~105 MB). torch needs those three only for
 # torch._dynamo / torch.compile, which the learner reaches (optimizer.state_dict) and the
 # quantizer and actors never do; a stub in their place says which image to use instead.
+FROM build AS deps
 ARG SLIM=0
 RUN if [ "$SLIM" = 1 ]; then \
       site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
    && python -m pip uninstall -y -q sympy mpmath networkx setuptools wheel pip \
-   && for m in sympy mpmath networkx; do mkdir "$site/$m" && printf '%s\n' \
-        "raise ImportError('$m is left out of the slim actorq:core image (SLIM=1); this code" \
-        "path needs it: run this role from actorq:latest')" >"$site/$m/__init__.py"; done \
-   && python -c "import services.actor.main, services.quantizer.main, torch.ao.quantization"; \
+   && for m in sympy mpmath networkx; do mkdir "$site/$m" && printf '%s%s\n' \
+        "raise ImportError('$m is left out of the slim actorq:core image (SLIM=1); this " \
+        "code path needs it: run this role from actorq:latest')" >"$site/$m/__init__.py"; done; \
     elif [ "$SLIM" != 0 ]; then echo "SLIM: expected 0 or 1, got '$SLIM'" >&2; exit 2; fi
 
 # --- runtime: the venv only, a non-root user -------------------------------------------
@@ -79,7 +85,8 @@ RUN groupadd --gid 10001 actorq \
  && useradd --uid 10001 --gid actorq --no-create-home --home-dir /work --shell /usr/sbin/nologin actorq \
  && mkdir -p /work /checkpoints \
  && chown actorq:actorq /work /checkpoints
-COPY --from=build /opt/venv /opt/venv
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=app /opt/app/ /opt/venv/
 COPY deploy/docker/actorq-healthz /usr/local/bin/actorq-healthz
 # Inside a container every service listens on all interfaces, on the same two ports
 # (each container has its own network namespace); compose and Kubernetes rely on these.
@@ -91,6 +98,11 @@ ENV PATH=/opt/venv/bin:$PATH \
     ACTORQ_BIND_HOST=0.0.0.0 \
     ACTORQ_GRPC_PORT=50051 \
     ACTORQ_METRICS_PORT=9100
+# Both halves fit: actorq imports with its dependencies (and the slim image's roles without
+# the three packages it leaves out).
+RUN python -c "import actorq, torch; print('actorq', actorq.__version__, 'torch', torch.__version__)" \
+ && if [ "$SLIM" = 1 ]; then \
+      python -c "import services.actor.main, services.quantizer.main, torch.ao.quantization"; fi
 WORKDIR /work
 USER 10001:10001
 EXPOSE 50051 9100
