@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -131,10 +130,11 @@ def _processes_left(before: set[tuple[int, int]]) -> dict[int, str]:
     """The processes the test started that still run `_PROCESS_GRACE_S` after it (stops
     may be asynchronous); they are killed, so that the next test starts clean."""
     deadline = time.monotonic() + _PROCESS_GRACE_S
-    left = {key: cmd for key, cmd in _marked_processes().items() if key not in before}
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
+    while True:
         left = {key: cmd for key, cmd in _marked_processes().items() if key not in before}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     for pid, _ in left:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
@@ -148,7 +148,6 @@ def _no_state_left_behind() -> Iterator[None]:
     after it run as they would alone). Fixtures of a wider scope are set up before it."""
     before = _process_settings()
     processes_before = set(_marked_processes())
-    threads_before = set(threading.enumerate())
     yield
     after = _process_settings()
     changed = {key: (before[key], after[key]) for key in before if before[key] != after[key]}
@@ -157,25 +156,12 @@ def _no_state_left_behind() -> Iterator[None]:
         _restore_process_settings(before)
     left = _processes_left(processes_before)
     problems += [f"  process {pid} still running (killed): {cmd}" for pid, cmd in left.items()]
-    _THREADS_LEFT.extend(
-        f"{thread.name} ({'daemon' if thread.daemon else 'non-daemon'})"
-        for thread in set(threading.enumerate()) - threads_before
-        if thread.is_alive()
-    )
     if problems:
         pytest.fail(
             "the test left process-wide state behind (restore settings with the "
             "one_torch_thread fixture or monkeypatch, or run the code in a subprocess; stop "
             "what it started):\n" + "\n".join(problems)
         )
-
-
-_THREADS_LEFT: list[str] = []
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _THREADS_LEFT:
-        terminalreporter.write_line(f"threads left running by tests: {sorted(_THREADS_LEFT)}")
 
 
 @pytest.fixture
