@@ -221,7 +221,10 @@ def local_images() -> Iterator[str]:
     root = Path(__file__).resolve().parent.parent
     docker = shutil.which("docker")
     was_running = docker is not None and _docker_answers(docker)
-    _run_script(root / "scripts" / "docker_engine.sh", "start")
+    # The engine outlives every test (and may outlive the session): it starts without the
+    # test run's mark, or the suite guard would take the containerd shims it forks for a
+    # test's containers for that test's leftovers and kill them.
+    _run_script(root / "scripts" / "docker_engine.sh", "start", env=_environment_unmarked())
     try:
         # The compose tests run actorq:latest (learner) and actorq:core (the rest) only.
         os.environ.setdefault("ACTORQ_IMAGE_ROLES", "latest core")
@@ -238,11 +241,17 @@ def _docker_answers(docker: str) -> bool:
     return subprocess.run([docker, "info"], capture_output=True, check=False).returncode == 0
 
 
-def _run_script(*args: object) -> None:
+def _environment_unmarked() -> dict[str, str]:
+    """This process's environment without the suite guard's mark, for daemons the whole
+    session shares."""
+    return {name: value for name, value in os.environ.items() if name != _RUN_MARK}
+
+
+def _run_script(*args: object, env: dict[str, str] | None = None) -> None:
     import subprocess
 
     proc = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, check=False, timeout=1500
+        [str(a) for a in args], capture_output=True, text=True, check=False, timeout=1500, env=env
     )
     print(proc.stdout + proc.stderr)
     if proc.returncode != 0:
