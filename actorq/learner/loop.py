@@ -282,6 +282,17 @@ class Learner:
         self.report.send(self.counters.updates)
         self.checkpoint()
 
+    def close(self) -> None:
+        """Stops the threads the constructor started, for a learner that will not `finish`
+        (one restored to be inspected, or built and then refused): no final publication,
+        no checkpoint."""
+        self.stop.set()
+        self.report.close()
+        if self.publisher is not None:
+            self.publisher.close()
+        if self.settling is not None:
+            self.settling.close()
+
     def behaviour_status(self) -> dict[str, float]:
         """The gap and n-step weights as GetStatus counters (behaviour_*)."""
         correction = self.correction.status() if self.correction is not None else {}

@@ -206,7 +206,8 @@ def test_prioritized_learner_scores_rows_by_td_error_and_rebuilds_at_max_priorit
     rebuilt = resumed.sampler.priorities(np.arange(len(resumed.storage)))
     assert len(resumed.storage) == actor.inserted
     np.testing.assert_array_equal(rebuilt, np.full(len(rebuilt), resumed.sampler.max_priority))
-    resumed.publisher.close()
+    resumed.close()  # a learner that will not run: its reporter and publisher threads end
+    assert {"progress", "publisher"}.isdisjoint(t.name for t in threading.enumerate())
 
 
 def test_learner_on_a_captured_path_sets_priorities_one_update_late(

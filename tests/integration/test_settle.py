@@ -191,7 +191,7 @@ def test_learner_settles_when_the_evaluator_solves_and_stays_settled_after_a_res
     assert isinstance(resumed.sampler, TerminalShareSampler) and resumed.sampler.share == 0.25
     # the optimizer's saved state carries the lowered rate; it is not lowered twice
     assert resumed.algo.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
-    resumed.publisher.close()
+    resumed.close()
 
 
 @pytest.mark.parametrize(("bar", "publishes"), [(1e9, False), (-1e9, True)])

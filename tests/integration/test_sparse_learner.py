@@ -130,3 +130,4 @@ def test_sparse_learner_trains_publishes_zeros_and_resumes_exactly(
     assert len(resumed.storage) == live  # the rebuilt mirror keeps the dynamic capacity
     assert resumed.rlx2.sparse.train_flops == rlx2.sparse.train_flops
     assert resumed.rlx2.nstep() == 3
+    resumed.close()
