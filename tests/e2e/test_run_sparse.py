@@ -10,37 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from actorq.envs import make_env
 from actorq.ptq import load_policy, run_study
+from actorq.testing.returns import last_eval_mean, random_pendulum_return
 
 pytestmark = pytest.mark.e2e
 
 MARGIN = 400.0  # as tests/e2e/test_run_continuous.py: random about -1200, solved about -200
 
 
-def random_policy_return(episodes: int = 10) -> float:
-    env = make_env("Pendulum-v1")
-    rng = np.random.default_rng(0)
-    returns = []
-    for i in range(episodes):
-        env.reset(seed=1000 + i)
-        total, ended = 0.0, False
-        while not ended:
-            _, reward, terminated, truncated, _ = env.step(rng.uniform(-1, 1, 1).astype(np.float32))
-            total += float(reward)
-            ended = terminated or truncated
-        returns.append(total)
-    env.close()
-    return float(np.mean(returns))
-
-
 @pytest.mark.timeout(480)
 def test_sparse_td3_learns_pendulum(tmp_path: Path) -> None:
-    baseline = random_policy_return()
+    baseline = random_pendulum_return()
     run_dir = tmp_path / "pendulum-td3-sparse"
     args = [
         *("--env", "Pendulum-v1", "--algo", "td3", "--sparsity", "0.9"),
@@ -59,7 +42,7 @@ def test_sparse_td3_learns_pendulum(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "note: --sparsity 0.9 on a 64x64 network" in proc.stderr  # default width
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["final_mean_return"] >= baseline + MARGIN, (baseline, summary)
+    assert last_eval_mean(run_dir) >= baseline + MARGIN, (baseline, summary)
     # ER over each network: exactly 90% of all its Linear weights are masked.
     assert summary["sparsity"]["actor"] == pytest.approx(0.9, abs=1e-4)
     assert summary["sparsity"]["critic"] == pytest.approx(0.9, abs=1e-4)
