@@ -45,10 +45,10 @@ def _actorq(args: list[str], **kwargs) -> subprocess.Popen:
     )
 
 
-# Env steps a run may take to reach 195. Measured with these flags, seed 1, on Xeon-VNNI
-# (2026-12-02, 2 cores; the services' timing makes each run differ): with 400k, 18 of 21
-# runs solved (at 122k-333k) and 3 ended below 195 (two near it, one after a collapse;
-# one with the learner's subnormals kept, two flushed); with 600k, 10 of 10 (155k-253k).
+# Env steps a run may take to reach 195. Measured with these flags, seed 1, on EPYC-VNNI
+# (2026-12-03, 2 cores; the services' timing makes each run differ; BENCHMARKS 5c): with
+# the target network synced every 200 updates, 20 of 20 runs solved (116k-334k); at 50,
+# 4 of 42 missed within 600k, 3 of them with the TD loss diverging.
 ENV_STEP_BUDGET = 600_000
 
 
