@@ -114,6 +114,8 @@ def test_engine_processes_do_not_count_as_this_tests(stack: ComposeStack) -> Non
     """The containerd shims the engine forks for this stack's containers outlive each test
     by design; they must not carry the test run's mark (tests/conftest.py), or the suite
     guard kills them when a test restarts a container (it once took down the stack)."""
+    if os.environ.get("DOCKER_HOST"):
+        pytest.skip("DOCKER_HOST names an engine whose processes may not be on this machine")
     mark = f"ACTORQ_TEST_RUN={os.environ['ACTORQ_TEST_RUN']}".encode()
     shims, marked = [], []
     for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -128,8 +130,6 @@ def test_engine_processes_do_not_count_as_this_tests(stack: ComposeStack) -> Non
             shims.append(command)
             if mark in environment:
                 marked.append(command)
-    if os.environ.get("DOCKER_HOST"):
-        pytest.skip("DOCKER_HOST names an engine whose processes may not be on this machine")
     assert shims, "no containerd shim in /proc, though this stack's containers run"
     assert not marked, marked
 
