@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from arms import arm_env, arm_folder, run_quietly
+from arms import arm_env, arm_folder, run_quietly, split_arms
 
 from actorq.ptq import load_policy, run_study
 from actorq.study.stats import table
@@ -84,7 +84,7 @@ def main() -> None:
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
     seeds = [int(s) for s in args.seeds.split(",")]
-    precisions = args.precisions.split(",")
+    precisions = split_arms(args.precisions)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="actorq-cont-"))
     print(
         f"{'precision':>9} {'seed':>4} | {'env steps':>9} | {'updates':>7} | {'wall s':>6} | "
