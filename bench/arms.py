@@ -28,13 +28,18 @@ def arm_env(arm: str) -> tuple[str, dict[str, str]]:
 
 def split_arms(text: str) -> list[str]:
     """'int8@ACTORQ_X=V,ACTORQ_Y=W,fp32' -> ['int8@ACTORQ_X=V,ACTORQ_Y=W', 'fp32']: a
-    comma followed by another assignment continues the arm before it."""
+    comma followed by another assignment continues the arm before it. An arm named twice
+    is refused: both would share one run folder per seed, and the second would resume the
+    first's finished run instead of training."""
     arms: list[str] = []
     for item in text.split(","):
         if arms and "@" in arms[-1] and "=" in item and "@" not in item:
             arms[-1] += "," + item
         else:
             arms.append(item)
+    twice = sorted({arm for arm in arms if arms.count(arm) > 1})
+    if twice:
+        raise SystemExit(f"arms {text!r}: {', '.join(twice)} named twice; expected distinct arms")
     return arms
 
 

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 # Stands for `actorq run`: records its pid, and on SIGTERM records that it shut down.
@@ -58,3 +60,12 @@ def test_an_arm_may_carry_several_settings() -> None:
     arms = split_arms("int8@ACTORQ_X=1,ACTORQ_Y=2,int8,fp32@ACTORQ_Z=3")
     assert arms == ["int8@ACTORQ_X=1,ACTORQ_Y=2", "int8", "fp32@ACTORQ_Z=3"]
     assert arm_env(arms[0]) == ("int8", {"ACTORQ_X": "1", "ACTORQ_Y": "2"})
+
+
+def test_an_arm_named_twice_is_refused_before_anything_runs() -> None:
+    sys.path.insert(0, str(BENCH))
+    from arms import split_arms
+
+    with pytest.raises(SystemExit, match="int8 named twice"):
+        split_arms("int8,fp32,int8")
+    assert split_arms("int8,int8@ACTORQ_X=1") == ["int8", "int8@ACTORQ_X=1"]
