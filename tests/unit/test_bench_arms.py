@@ -1,4 +1,5 @@
-"""bench/arms.py: a bench that is stopped takes its run down with it (real processes)."""
+"""bench/arms.py: arms as the benches name them, and a stopped bench takes its run down with it
+(real processes)."""
 
 from __future__ import annotations
 
