@@ -4,6 +4,11 @@
 #   bench/compare_trees.sh solve OLD_COMMIT [SEEDS [BENCH_SOLVE_ARGS...]]
 #       `actorq run` int8 to the solve bar (CartPole-v1 unless the args say otherwise), e.g.
 #       solve 2f1ef4c "1 2 3" --env Pendulum-v1 --target -200 --algo td3 --target-return -200
+#   bench/compare_trees.sh scale OLD_COMMIT [ROUNDS [ACTORQ_SCALE_ARGS...]]
+#       one `actorq scale` grid per tree and round, e.g. scale 573da3e 3 --actors 32
+#       --precisions int8 --seeds 1 --max-seconds 60 --no-stop-at-target; prints each run's
+#       env steps/s, learner updates/s, CPU-seconds of the learner, actors and all, and
+#       the learner's share of time waiting for data; ORDER="new old" runs this tree first
 # The old tree is exported with `git archive` to a temporary folder and imported through
 # PYTHONPATH (its generated protos are committed, so it needs no build).
 set -euo pipefail
@@ -29,5 +34,25 @@ solve)
     echo "seed $seed new, load $(load), $(date -u +%T)"
     (cd "$here" && $py bench/bench_solve.py --seeds "$seed" --precisions int8 "$@" | grep "^| int8 | $seed")
   done ;;
-*) echo "usage: $0 throughput|solve OLD_COMMIT [ROUNDS|SEEDS [BENCH_SOLVE_ARGS...]]" >&2; exit 2 ;;
+scale)
+  rounds=${3:-2}; shift $(( $# < 3 ? $# : 3 ))  # the rest goes to `actorq scale`
+  out=$(mktemp -d /tmp/actorq-scale-XXXXXX)
+  columns='actors,env_steps_per_s,updates_per_s,cpu_learner_s,cpu_actors_s,cpu_total_s'
+  for r in $(seq 1 "$rounds"); do for tree in ${ORDER:-old new}; do
+    echo "round $r $tree, load $(load), $(date -u +%T)"
+    dir=$here; [ $tree = old ] && dir=$old
+    (cd "$dir" && PYTHONPATH=$dir $py -m actorq scale --out "$out/$tree-$r" "$@" >/dev/null)
+    $py - "$out/$tree-$r/runs.csv" "$columns" <<'PY'
+import csv, json, sys
+from pathlib import Path
+columns = sys.argv[2].split(",")
+print("  " + ",".join(columns) + ",learner_wait_fraction")
+for row in csv.DictReader(open(sys.argv[1])):
+    summary = Path(row["folder"]) / "summary.json"
+    wait = json.loads(summary.read_text()).get("learner_wait_fraction") if summary.exists() else ""
+    print("  " + ",".join(row[c] for c in columns) + f",{wait}")
+PY
+  done; done
+  rm -rf "$out" ;;
+*) echo "usage: $0 throughput|solve|scale OLD_COMMIT [ROUNDS|SEEDS [ARGS...]]" >&2; exit 2 ;;
 esac

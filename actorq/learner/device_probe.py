@@ -7,7 +7,10 @@ applied) and random batches of the run's batch size (actorq.testing.batches: fla
 replay batches; for the on-policy algorithms one update's time-major segments). After
 `WARMUP` updates (allocations, a CUDA graph's capture) the candidates take turns timing
 `CHUNK` updates each, so that load from the services starting beside the learner falls on
-all of them alike; a candidate's time is its median turn. Turns stop after `ROUNDS`, or
+all of them alike; a candidate's time is its fastest turn: load only ever adds time (a
+turn the scheduler preempted), and with 32 actors starting beside it the median turn of
+every candidate was preempted, so that the slower path won (1,578 instead of ~4,300
+updates/s; BENCHMARKS.md 21c). Turns stop after `ROUNDS`, or
 once `seconds` have passed since the measurement began (one turn each at least); a learner
 whose updates are slow for that budget warms up and takes its turns with fewer updates
 (one at least), so a measurement costs about `seconds` plus two updates of each candidate. Updates
@@ -23,7 +26,6 @@ weights a run starts from do not depend on whether or what was measured.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from actorq.algos.capture import (
 
 WARMUP = 5  # updates before timing: allocations, a graph capture, Adam's first step
 CHUNK = 8  # updates per timed turn
-ROUNDS = 4  # turns per candidate: CHUNK x ROUNDS = 32 timed updates at most
+ROUNDS = 8  # turns per candidate: CHUNK x ROUNDS = 64 timed updates at most
 SECONDS = 2.0  # the whole measurement's budget; CartPole's DQN takes a few tens of ms
 
 
@@ -148,7 +150,7 @@ class _Trial:
         self.turns.append((time.perf_counter() - started) / self.chunk * 1e3)
 
     def ms(self) -> float:
-        return float(statistics.median(self.turns))
+        return min(self.turns)
 
 
 def measure(
