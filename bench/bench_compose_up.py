@@ -3,7 +3,8 @@ the README's command (docker-compose.yml + deploy/compose.local.yml, `make image
 images) under its own project name, optionally beside CPU-bound background processes.
 
 Prints the actors' health counts every `--every` seconds (as issue 33 reported them),
-the time to all healthy (or the readiness report on timeout), the load average, then
+the time to all healthy (or the readiness report on timeout), the load average, where
+the time went (per service: seconds to created, started and first seen healthy), then
 tears the project down (`down -v`, else removal by the compose project label) and checks
 that nothing with the label is left.
 
@@ -13,10 +14,12 @@ that nothing with the label is left.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,6 +39,66 @@ def counts(stack: ComposeStack) -> dict[str, int]:
     return out
 
 
+def _seconds_after(stamp: str, origin: float) -> float | None:
+    """Docker's RFC 3339 nanosecond timestamp as seconds after the wall-clock `origin`."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    day, _, rest = stamp.rstrip("Z").partition("T")
+    clock, _, fraction = rest.partition(".")
+    moment = datetime.datetime.fromisoformat(f"{day}T{clock}.{(fraction + '000000')[:6]}+00:00")
+    return moment.timestamp() - origin
+
+
+def watch_health(stack: ComposeStack, origin: float, stop: threading.Event) -> dict[str, float]:
+    """Starts a thread that notes, every 3 s until `stop`, the seconds after `origin` at
+    which each container was first seen healthy (from before `up -d` returns)."""
+    seen: dict[str, float] = {}
+
+    def poll() -> None:
+        while not stop.wait(3.0):
+            try:
+                containers = stack.containers()
+            except Exception:  # a container removed between ps and inspect: next poll
+                continue
+            now = time.time() - origin
+            for info in containers:
+                if (info["State"].get("Health") or {}).get("Status") == "healthy":
+                    seen.setdefault(info["Id"], now)
+
+    threading.Thread(target=poll, name="health-watch", daemon=True).start()
+    return seen
+
+
+def timeline(stack: ComposeStack, origin: float, healthy: dict[str, float]) -> str:
+    """Per service, seconds after `up -d` began: containers created, started and first
+    seen healthy (polled every 3 s), first and last replica."""
+    by_service: dict[str, dict[str, list[float]]] = {}
+    for info in stack.containers():
+        service = info["Config"]["Labels"].get("com.docker.compose.service", "?")
+        marks = by_service.setdefault(service, {"created": [], "started": [], "healthy": []})
+        for key, stamp in (("created", info.get("Created", "")),
+                           ("started", info["State"].get("StartedAt", ""))):  # fmt: skip
+            seconds = _seconds_after(stamp, origin)
+            if seconds is not None:
+                marks[key].append(seconds)
+        if info["Id"] in healthy:
+            marks["healthy"].append(healthy[info["Id"]])
+
+    def span(values: list[float]) -> str:
+        if not values:
+            return "-"
+        low, high = min(values), max(values)
+        return f"{low:.0f}" if high - low < 1 else f"{low:.0f}-{high:.0f}"
+
+    order = ["redis", "quantizer", "learner", "actor", "evaluator", "prometheus", "grafana"]
+    rows = [f"  {'service':<11} {'created':>9} {'started':>9} {'healthy':>9}"]
+    for service in sorted(by_service, key=lambda s: (order.index(s) if s in order else 99, s)):
+        marks = by_service[service]
+        rows.append(f"  {service:<11} {span(marks['created']):>9} {span(marks['started']):>9} "
+                    f"{span(marks['healthy']):>9}")  # fmt: skip
+    return "seconds after `up -d` began:\n" + "\n".join(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--actors", type=int, default=32)
@@ -49,7 +112,10 @@ def main() -> int:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
             for _ in range(args.hogs)]  # fmt: skip
     started = time.monotonic()
+    origin = time.time()
     healthy_at = None
+    watching = threading.Event()
+    first_healthy = watch_health(stack, origin, watching)
     try:
         stack.compose("up", "-d", "--scale", f"actor={args.actors}")
         print(f"up -d returned after {time.monotonic() - started:.0f} s; {stack.cpu_weight()}")
@@ -68,7 +134,10 @@ def main() -> int:
         else:
             print(f"all {args.actors} actors and every actorq service healthy {healthy_at:.0f} s "
                   f"after `up -d` ({args.hogs} hogs, load {os.getloadavg()[0]:.1f})")  # fmt: skip
+        watching.set()
+        print(timeline(stack, origin, first_healthy))
     finally:
+        watching.set()
         for hog in hogs:
             hog.kill()
         left = stack.teardown()

@@ -34,8 +34,9 @@ def test_every_actorq_service_has_init_and_the_http_probe() -> None:
         assert services[name]["healthcheck"]["test"] == ["CMD", "actorq-healthz"], name
         assert services[name]["healthcheck"]["start_period"] == "2m0s", name
         assert services[name]["healthcheck"]["timeout"] == "30s", name
-    # Redis and Prometheus too (and Grafana, behind a profile here): on a loaded host the probe's exec, not the service,
-    # is slow (a 3 s timeout marked a serving Redis unhealthy, BENCHMARKS.md 24b).
+    # Redis and Prometheus too (Grafana, behind a profile here, as well): on a loaded host
+    # the probe's exec, not the service, is slow (a 3 s timeout marked a serving Redis
+    # unhealthy, BENCHMARKS.md 24b).
     for name in ("redis", "prometheus"):
         assert services[name]["healthcheck"]["timeout"] == "30s", name
     # CartPole actors, evaluator and quantizer on the image without extras; learner full.
