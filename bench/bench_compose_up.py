@@ -27,12 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actorq.redis_server import find_free_port
-from actorq.testing.compose import COMPOSE_FILES, ComposeStack
+from actorq.testing.compose import COMPOSE_FILES, ComposeError, ComposeStack
 
 
-def counts(stack: ComposeStack) -> dict[str, int]:
+def counts(containers: list[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
-    for info in stack.containers():
+    for info in containers:
         if info["Config"]["Labels"].get("com.docker.compose.service") == "actor":
             health = info["State"].get("Health", {}).get("Status", info["State"]["Status"])
             out[health] = out.get(health, 0) + 1
@@ -49,24 +49,44 @@ def _seconds_after(stamp: str, origin: float) -> float | None:
     return moment.timestamp() - origin
 
 
-def watch_health(stack: ComposeStack, origin: float, stop: threading.Event) -> dict[str, float]:
-    """Starts a thread that notes, every 3 s until `stop`, the seconds after `origin` at
-    which each container was first seen healthy (from before `up -d` returns)."""
-    seen: dict[str, float] = {}
+class HealthWatch:
+    """Polls the project's containers every 3 s on a thread of its own, from before `up -d`
+    returns: the latest `docker inspect` of all of them, and the seconds after `origin` at
+    which each container was first seen healthy. The main loop reads `latest` rather
+    than asking Docker again (each poll costs the loaded host CPU)."""
 
-    def poll() -> None:
-        while not stop.wait(3.0):
-            try:
-                containers = stack.containers()
-            except Exception:  # a container removed between ps and inspect: next poll
-                continue
-            now = time.time() - origin
-            for info in containers:
-                if (info["State"].get("Health") or {}).get("Status") == "healthy":
-                    seen.setdefault(info["Id"], now)
+    def __init__(self, stack: ComposeStack, origin: float) -> None:
+        self.stack, self.origin = stack, origin
+        self.latest: list[dict] = []
+        self.latest_at = 0.0  # seconds after `origin` when `latest` was read
+        self.first_healthy: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="health-watch", daemon=True)
+        self.thread.start()
 
-    threading.Thread(target=poll, name="health-watch", daemon=True).start()
-    return seen
+    def _run(self) -> None:
+        while True:
+            self.poll()
+            if self.stop.wait(3.0):
+                return
+
+    def poll(self) -> None:
+        try:
+            containers = self.stack.containers()
+        except ComposeError as exc:  # a container removed between ps and inspect
+            print(f"health watch: {exc}", file=sys.stderr)
+            return
+        now = time.time() - self.origin
+        for info in containers:
+            if (info["State"].get("Health") or {}).get("Status") == "healthy":
+                self.first_healthy.setdefault(info["Id"], now)
+        self.latest, self.latest_at = containers, now
+
+    def close(self) -> None:
+        """Stop polling, after one last poll (the last containers turned healthy)."""
+        self.stop.set()
+        self.thread.join(timeout=30)
+        self.poll()
 
 
 def timeline(stack: ComposeStack, origin: float, healthy: dict[str, float]) -> str:
@@ -114,30 +134,31 @@ def main() -> int:
     started = time.monotonic()
     origin = time.time()
     healthy_at = None
-    watching = threading.Event()
-    first_healthy = watch_health(stack, origin, watching)
+    watch = HealthWatch(stack, origin)
     try:
         stack.compose("up", "-d", "--scale", f"actor={args.actors}")
         print(f"up -d returned after {time.monotonic() - started:.0f} s; {stack.cpu_weight()}")
         next_report = args.every
         while time.monotonic() - started < args.timeout:
             elapsed = time.monotonic() - started
-            if stack.all_healthy(args.actors):
-                healthy_at = elapsed
+            latest, read_at = watch.latest, watch.latest_at
+            if latest and stack.all_healthy(args.actors, latest):
+                healthy_at = read_at
                 break
             if elapsed >= next_report:
-                print(f"{elapsed:4.0f} s: actors {counts(stack)}, load {os.getloadavg()[0]:.1f}")
+                load = os.getloadavg()[0]
+                print(f"{elapsed:4.0f} s: actors {counts(latest)}, load {load:.1f}")
                 next_report += args.every
-            time.sleep(3)
+            time.sleep(1)
         if healthy_at is None:
             print(f"NOT healthy within {args.timeout:.0f} s:\n{stack.health_report()}")
         else:
             print(f"all {args.actors} actors and every actorq service healthy {healthy_at:.0f} s "
                   f"after `up -d` ({args.hogs} hogs, load {os.getloadavg()[0]:.1f})")  # fmt: skip
-        watching.set()
-        print(timeline(stack, origin, first_healthy))
+        watch.close()
+        print(timeline(stack, origin, watch.first_healthy))
     finally:
-        watching.set()
+        watch.stop.set()
         for hog in hogs:
             hog.kill()
         left = stack.teardown()

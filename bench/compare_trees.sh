@@ -37,10 +37,11 @@ solve)
 scale)
   rounds=${3:-2}; shift $(( $# < 3 ? $# : 3 ))  # the rest goes to `actorq scale`
   out=$(mktemp -d /tmp/actorq-scale-XXXXXX)
+  trap 'rm -rf "$old" "$out"' EXIT
   columns='actors,env_steps_per_s,updates_per_s,cpu_learner_s,cpu_actors_s,cpu_total_s'
   for r in $(seq 1 "$rounds"); do for tree in ${ORDER:-old new}; do
     echo "round $r $tree, load $(load), $(date -u +%T)"
-    dir=$here; [ $tree = old ] && dir=$old
+    case $tree in old) dir=$old ;; new) dir=$here ;; *) echo "ORDER: old and new, got $tree" >&2; exit 2 ;; esac
     (cd "$dir" && PYTHONPATH=$dir $py -m actorq scale --out "$out/$tree-$r" "$@" >/dev/null)
     $py - "$out/$tree-$r/runs.csv" "$columns" <<'PY'
 import csv, json, sys
@@ -52,7 +53,6 @@ for row in csv.DictReader(open(sys.argv[1])):
     wait = json.loads(summary.read_text()).get("learner_wait_fraction") if summary.exists() else ""
     print("  " + ",".join(row[c] for c in columns) + f",{wait}")
 PY
-  done; done
-  rm -rf "$out" ;;
+  done; done ;;
 *) echo "usage: $0 throughput|solve|scale OLD_COMMIT [ROUNDS|SEEDS [ARGS...]]" >&2; exit 2 ;;
 esac

@@ -6,17 +6,16 @@ Each candidate ("device/path") gets a fresh learner built as the service builds 
 applied) and random batches of the run's batch size (actorq.testing.batches: flat or pixel
 replay batches; for the on-policy algorithms one update's time-major segments). After
 `WARMUP` updates (allocations, a CUDA graph's capture) the candidates take turns timing
-`CHUNK` updates each, so that load from the services starting beside the learner falls on
-all of them alike; a candidate's time is its fastest turn: load only ever adds time (a
-turn the scheduler preempted), and with 32 actors starting beside it the median turn of
-every candidate was preempted, so that the slower path won (1,578 instead of ~4,300
-updates/s; BENCHMARKS.md 21c). Turns stop after `ROUNDS`, or
-once `seconds` have passed since the measurement began (one turn each at least); a learner
-whose updates are slow for that budget warms up and takes its turns with fewer updates
-(one at least), so a measurement costs about `seconds` plus two updates of each candidate. Updates
-run as the learner loop runs them: a captured path through `submit`, its results drained
-in batches; the host->device copy of each batch is included and CUDA is synchronized
-before each clock read.
+the same number of updates (`CHUNK`, fewer where one is slow), so that load from the
+services starting beside the learner falls on all of them alike. A candidate's time is its
+fastest turn: load only ever adds time (a turn the scheduler preempted), and beside 32
+starting actors on 2 cores the median turns read ~6x the unloaded times and one run
+trained at torch-eager's rate instead of numpy-flat's (BENCHMARKS.md 21c). Turns stop
+after `ROUNDS`, or once `seconds` have passed since the measurement began (one turn each
+at least), so a measurement costs about `seconds` plus two updates of each candidate.
+Updates run as the learner loop runs them: a captured path through `submit`, its results
+drained in batches; the host->device copy of each batch is included and CUDA is
+synchronized before each clock read.
 
 The measured learners are thrown away: the service builds its own from the same seed.
 Learners seed a private RNG fork, and the measurement runs inside one too, so the
@@ -208,6 +207,11 @@ def _time(trials: list[_Trial], result: Measurement, deadline: float) -> None:
     """Warm every trial up, then timed turns in rounds until ROUNDS or the deadline."""
     share = max(deadline - time.perf_counter(), 0.0) / max(len(trials), 1)
     live = [t for t in trials if _attempt(t, result, lambda t: t.warm_up(share / 2))]
+    # One turn size for all: the fastest of short turns and of long ones are not comparable
+    # (a shorter turn is less often preempted).
+    chunk = min((t.chunk for t in live), default=CHUNK)
+    for trial in live:
+        trial.chunk = chunk
     for round_ in range(ROUNDS):
         if round_ and time.perf_counter() >= deadline:
             break

@@ -106,9 +106,13 @@ class ComposeStack:
         ids = self.docker_cli("ps", "-aq", "--filter", self.label).split()
         return json.loads(self.docker_cli("inspect", *ids)) if ids else []
 
-    def all_healthy(self, expected_actors: int) -> bool:
+    def all_healthy(
+        self, expected_actors: int, containers: list[dict[str, Any]] | None = None
+    ) -> bool:
+        """Whether `expected_actors` actors and every actorq service are healthy, from
+        `containers` (`containers()`'s output) when given, else asked now."""
         by_service: dict[str, list[str]] = {s: [] for s in ACTORQ_SERVICES}
-        for info in self.containers():
+        for info in self.containers() if containers is None else containers:
             service = info["Config"]["Labels"].get("com.docker.compose.service")
             if service in by_service and info["State"]["Status"] != "exited":
                 by_service[service].append(_health(info))

@@ -47,6 +47,8 @@ def test_services_find_redis_and_quantizer_by_container_name() -> None:
         assert spec.command == [f"actorq-{spec.role}"]
         assert spec.run_kwargs("exp1-net")["network"] == "exp1-net"
         assert spec.run_kwargs("exp1-net")["init"] is True  # tini reaps orphaned probes
+    redis = plan.containers[0]
+    assert redis.role == "redis" and redis.healthcheck["timeout"] == 30 * 10**9  # as compose's
     learner = plan.by_role("learner")[0]
     assert learner.environment["ACTORQ_PRECISION"] == "fp16"
     assert learner.volumes == {"exp1-checkpoints": {"bind": "/checkpoints", "mode": "rw"}}
