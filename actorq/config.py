@@ -162,6 +162,10 @@ class ActorSettings(CommonSettings):
     push_every: int = 0
     fast_step: bool = True  # discrete 1-step actors: the fast path (actorq.actor.columns)
     fused_act: bool = True  # fast path: numba forward, exploration, recording (numba+scipy)
+    # MLP policies the numba forward does not run go through numpy, so the actor never
+    # imports torch (1.5 CPU-s and ~165 MB less per actor; an int8 64x64 forward ~2.4x
+    # torch's, BENCHMARKS.md 24c); false: torch's module, as pixel (CNN) policies always.
+    numpy_act: bool = True
     max_env_steps: int = 0  # stop after this many env steps of this actor; 0 = no limit
     samples_per_insert: float = 0.0  # 0 = actors never wait for the learner
     insert_error_buffer: float = 20000.0  # transitions actors may run ahead of the ratio

@@ -4,11 +4,14 @@ images) under its own project name, optionally beside CPU-bound background proce
 
 Prints the actors' health counts every `--every` seconds (as issue 33 reported them),
 the time to all healthy (or the readiness report on timeout), the load average, where
-the time went (per service: seconds to created, started and first seen healthy), then
-tears the project down (`down -v`, else removal by the compose project label) and checks
-that nothing with the label is left.
+the time went (per service: seconds to created, started and first seen healthy), what
+each actor holds once all are healthy (CPU-seconds from its cgroup, memory from `docker
+stats`, whether torch's library is mapped in its process), then tears the project down
+(`down -v`, else removal by the compose project label) and checks that nothing with the
+label is left.
 
     python bench/bench_compose_up.py --actors 32 --hogs 2 --timeout 300
+    python bench/bench_compose_up.py --actors 32 --actor-image actorq:core-old  # A/B
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,13 +122,60 @@ def timeline(stack: ComposeStack, origin: float, healthy: dict[str, float]) -> s
     return "seconds after `up -d` began:\n" + "\n".join(rows)
 
 
+def actor_footprint(stack: ComposeStack) -> str:
+    """Per actor container: CPU-seconds so far (its cgroup's cpuacct, v1, or cpu.stat, v2),
+    memory (`docker stats`, which leaves out the page cache) and whether libtorch is
+    mapped in the actor's process; the median and the largest."""
+    ids = [i["Id"] for i in stack.containers()
+           if i["Config"]["Labels"].get("com.docker.compose.service") == "actor"]  # fmt: skip
+    cpu = [c for c in (_cgroup_cpu_seconds(i) for i in ids) if c is not None]
+    stats = stack.docker_cli("stats", "--no-stream", "--format", "{{.MemUsage}}", *ids)
+    mib = [_mib(line.split("/")[0]) for line in stats.splitlines() if line.strip()]
+    torch = sum(
+        "libtorch" in stack.docker_cli("exec", i, "cat", "/proc/1/maps", check=False) for i in ids
+    )
+
+    def spread(values: list[float], unit: str) -> str:
+        if not values:
+            return "n/a"
+        return f"median {statistics.median(values):.2f} {unit}, max {max(values):.2f} {unit}"
+
+    return (f"per actor ({len(ids)}): CPU {spread(cpu, 's')}; memory {spread(mib, 'MiB')}; "
+            f"torch loaded in {torch}")  # fmt: skip
+
+
+def _cgroup_cpu_seconds(container_id: str) -> float | None:
+    v1 = Path("/sys/fs/cgroup/cpuacct/docker", container_id, "cpuacct.usage")
+    if v1.exists():
+        return int(v1.read_text()) / 1e9
+    for v2 in (Path("/sys/fs/cgroup/system.slice", f"docker-{container_id}.scope", "cpu.stat"),
+               Path("/sys/fs/cgroup/docker", container_id, "cpu.stat")):  # fmt: skip
+        if v2.exists():
+            fields = dict(line.split() for line in v2.read_text().splitlines())
+            return int(fields["usage_usec"]) / 1e6
+    return None
+
+
+def _mib(text: str) -> float:
+    """Docker's "123.4MiB" (or KiB / GiB / B) as MiB."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMG]i)?B\s*", text)
+    if not m:
+        raise ValueError(f"unexpected memory figure from docker stats: {text!r}")
+    return (
+        float(m.group(1)) * {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, None: 1 / 2**20}[m.group(2)]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--actors", type=int, default=32)
     parser.add_argument("--hogs", type=int, default=0, help="CPU-bound background processes")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--every", type=float, default=30.0)
+    parser.add_argument("--actor-image", help="the actors' image (default: compose's, actorq:core)")
     args = parser.parse_args()
+    if args.actor_image:  # docker-compose.yml reads ACTORQ_ACTOR_IMAGE
+        os.environ["ACTORQ_ACTOR_IMAGE"] = args.actor_image
     work = Path(tempfile.mkdtemp(prefix="compose-up-"))
     stack = ComposeStack("docker", f"actorq-up-{uuid.uuid4().hex[:8]}", work, find_free_port())
     stack.files = list(COMPOSE_FILES)  # exactly the README's files, no test override
@@ -155,6 +207,8 @@ def main() -> int:
                   f"after `up -d` ({args.hogs} hogs, load {os.getloadavg()[0]:.1f})")  # fmt: skip
         watch.close()
         print(timeline(stack, origin, watch.first_healthy))
+        if healthy_at is not None:
+            print(actor_footprint(stack))
     finally:
         watch.stop.set()
         for hog in hogs:

@@ -1,16 +1,19 @@
-"""The fused int8 forward (actorq.quant.fused_mlp) against the torch module, by net width.
+"""The fused int8 forward (actorq.quant.fused_mlp) and numpy's (actorq.quant.numpy_mlp)
+against the torch module, by net width and precision.
 
 Same process, same policy and inputs, interleaved: median microseconds per forward of a
-fixed int8 CartPole policy with two hidden layers of each width, at batch 16 and 128, one
+fixed CartPole policy with two hidden layers of each width, at batch 16 and 128, one
 torch thread. Run it with and without OPENBLAS_NUM_THREADS=1 (the fused forward's matrix
-products go through scipy's OpenBLAS). BENCHMARKS.md 23j; its figures set
-`FUSE_MAX_LAYER_WEIGHTS`, the size above which actors keep the torch module.
+products go through scipy's OpenBLAS). BENCHMARKS.md 23j and 24c; their figures set
+`FUSE_MAX_LAYER_WEIGHTS` and `NUMPY_MAX_LAYER_WEIGHTS`, the sizes above which actors keep
+the torch module.
 
 `--min-max` instead times the int8 quantizer's two (min, max) passes (four running pairs
 over the flat array; per-column extremes) on a [batch, width] activation, and the fused
 forward with each (BENCHMARKS.md 23l; `MIN_MAX_BY_COLUMN` picks per CPU).
 
     .venv/bin/python bench/bench_fused_forward.py [--widths 64,128,256,512,1024]
+    .venv/bin/python bench/bench_fused_forward.py --precisions int8,fp32 --batches 8,32,128
     .venv/bin/python bench/bench_fused_forward.py --min-max --widths 64 --batches 32,128
 """
 
@@ -27,6 +30,7 @@ import torch
 from actorq.actor.fixed_policy import make_policy
 from actorq.quant import fused_mlp
 from actorq.quant.fused_mlp import fuse_mlp
+from actorq.quant.numpy_mlp import numpy_mlp
 
 
 def median_us(call: Callable[[], object], calls: int, blocks: int = 7) -> float:
@@ -43,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="64,128,256,512,1024")
     parser.add_argument("--batches", default="16,128")
+    parser.add_argument("--precisions", default="int8", help="int8, int4, fp16, fp32")
     parser.add_argument("--min-max", action="store_true", help="the two min/max passes")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -50,19 +55,35 @@ def main() -> None:
     if args.min_max:
         compare_min_max(args, rng)
         return
-    print("| width | batch | fused us | torch us | fused / torch |\n|---:|---:|---:|---:|---:|")
+    print("| width | batch | precision | fused us | numpy us | torch us | fused / torch "
+          "| numpy / torch |\n|---:|---:|---|---:|---:|---:|---:|---:|")  # fmt: skip
     for width in (int(w) for w in args.widths.split(",")):
-        policy = make_policy("CartPole-v1", (width, width), "int8", seed=5)
-        fused = fuse_mlp(policy.arrays, max_layer_weights=None)  # the kernel at every size
-        for batch in (int(b) for b in args.batches.split(",")):
-            obs = rng.normal(size=(batch, 4)).astype(np.float32)
-            fused(obs)  # compiled or loaded from the cache before timing
-            calls = max(10, 20_000 // (width * width // 4096 + 1))
-            module = policy.module
-            with torch.inference_mode():
-                a = median_us(lambda f=fused, x=obs: f(x), calls)
-                b = median_us(lambda m=module, x=obs: m.forward(torch.from_numpy(x)), calls)
-            print(f"| {width} | {batch} | {a:.1f} | {b:.1f} | {a / b:.2f} |", flush=True)
+        for precision in args.precisions.split(","):
+            policy = make_policy("CartPole-v1", (width, width), precision, seed=5)
+            for batch in (int(b) for b in args.batches.split(",")):
+                obs = rng.normal(size=(batch, 4)).astype(np.float32)
+                print(forward_row(policy, obs, width, precision), flush=True)
+
+
+def forward_row(policy, obs: np.ndarray, width: int, precision: str) -> str:
+    """One table row: each runner at every size (no size limit), "-" where it cannot run."""
+    runners = {
+        "fused": fuse_mlp(policy.arrays, max_layer_weights=None),  # None: not int8
+        "numpy": numpy_mlp(policy.arrays, max_layer_weights=None),
+    }
+    module = policy.module
+    calls = max(10, 20_000 // (width * width // 4096 + 1))
+    us: dict[str, float | None] = {}
+    with torch.inference_mode():
+        for name, runner in runners.items():
+            if runner is not None:
+                runner(obs)  # compiled or loaded from the cache before timing
+            us[name] = None if runner is None else median_us(lambda f=runner: f(obs), calls)
+        torch_us = median_us(lambda: module.forward(torch.from_numpy(obs)), calls)
+    cells = [f"{us[n]:.1f}" if us[n] is not None else "-" for n in runners]
+    ratios = [f"{us[n] / torch_us:.2f}" if us[n] is not None else "-" for n in runners]
+    row = [str(width), str(len(obs)), precision, *cells, f"{torch_us:.1f}", *ratios]
+    return "| " + " | ".join(row) + " |"
 
 
 def compare_min_max(args: argparse.Namespace, rng: np.random.Generator) -> None:

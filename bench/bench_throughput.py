@@ -10,8 +10,10 @@ Phases, interleaved round by round so machine load hits them alike:
             episodes stream, one columnar entry per push, costs the loop)
   plain     the same loop on its plain path with the old fixed push_every 32
             (ACTORQ_FAST_STEP=0 ACTORQ_PUSH_EVERY=32): the before of the fast path
-  unfused   `actor` with ACTORQ_FUSED_ACT=0: the fast path's torch forward and numpy
-            exploration instead of its numba kernels (actorq.actor.fast_act)
+  unfused   `actor` with ACTORQ_FUSED_ACT=0: the fast path's numpy forward
+            (actorq.quant.numpy_mlp) and numpy exploration instead of its numba kernels
+            (actorq.actor.fast_act): an actor where numba is not installed
+  torchfwd  `unfused` with ACTORQ_NUMPY_ACT=0: torch's module as the forward
   services  `actorq run` with N actors at a low samples-per-insert, --target-return none
 Each phase runs once per env backend of --env-backends (gymnasium, envpool: who builds the
 vector env, actorq.envs.make_vector_env), side by side in the same round; envpool rows are
@@ -67,6 +69,7 @@ ARMS = {
     "noep": {"episodes": False},
     "plain": {"fast_step": False, "push_every": 32},
     "unfused": {"fused_act": False},
+    "torchfwd": {"fused_act": False, "numpy_act": False},
 }
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,9 @@ With numba and scipy installed and `ACTORQ_FUSED_ACT=1` (default):
   torch module;
 - `FusedEpsilonGreedy`: `EpsilonGreedy` in one numba call (same seed, same draws);
 - `FusedRecorder`: `StepRecorder` in one numba call, for flat float32 observations.
-Otherwise the torch module, `EpsilonGreedy` and `StepRecorder` run. Importing numba and
+Otherwise `EpsilonGreedy` and `StepRecorder` run, and the forward is numpy's
+(`actorq.quant.numpy_mlp`, `ACTORQ_NUMPY_ACT=1`, default) for MLP policies or torch's module
+(pixel policies; `ACTORQ_NUMPY_ACT=0`): torch is imported only for the last. Importing numba and
 loading the cached kernels (~1-1.5 s) happen once in the zygote for every actor `actorq
 run` forks (actorq.actor.preload); an actor started on its own (spawn mode, a container)
 does it while it is built (`fast_acting`), before its loop's clock starts (BENCHMARKS.md
@@ -24,10 +26,11 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 import numpy as np
-import torch
 
 from actorq.actor.columns import EpsilonGreedy, StepColumns, StepRecorder
 from actorq.actor.policy_follower import LoadedPolicy
+from actorq.quant.numpy_mlp import numpy_mlp
+from actorq.torch_threads import inherit_torch_threads
 
 
 def fused_available(enabled: bool) -> bool:
@@ -65,15 +68,14 @@ def _one_blas_thread() -> Iterator[None]:
 
 
 class PolicyForward:
-    """obs float32 [M, obs_dim] -> outputs [M, A] for a policy, fused where possible.
+    """obs [M, ...] -> outputs [M, A] for a policy: numba's fused forward where it runs
+    (`fused`), else numpy's for MLP policies (`numpy_act`), else torch's module."""
 
-    The torch path runs inside the caller's inference-mode scope (the actor loop's)."""
-
-    def __init__(self, fused: bool) -> None:
-        self.fused = fused
+    def __init__(self, fused: bool, numpy_act: bool = True) -> None:
+        self.fused, self.numpy_act = fused, numpy_act
         self._policy: LoadedPolicy | None = None
-        self._call: Callable[[np.ndarray], np.ndarray] = _torch_forward(None)
-        self.kind = "torch"  # which path the current policy runs (tests, logs)
+        self._call: Callable[[np.ndarray], np.ndarray] = _unset
+        self.kind = "none"  # which path the current policy runs: fused, numpy, torch
 
     def __call__(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
         if policy is not self._policy:
@@ -82,20 +84,34 @@ class PolicyForward:
         return self._call(obs)
 
     def _build(self, policy: LoadedPolicy) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
-        if self.fused:
+        # From the decoded arrays the version came as (None: only a module to run).
+        arrays = policy.arrays
+        if self.fused and arrays is not None:
             from actorq.quant.fused_mlp import fuse_mlp
 
-            # From the decoded arrays the module was built from (None: the torch module).
-            fused = None if policy.arrays is None else fuse_mlp(policy.arrays)
+            fused = fuse_mlp(arrays)
             if fused is not None:
                 return fused, "fused"
-        return _torch_forward(policy.module), "torch"
+        if self.numpy_act:  # the follower's, else built here (a policy made without one)
+            forward = policy.numpy_forward or (numpy_mlp(arrays) if arrays is not None else None)
+            if forward is not None:
+                return forward, "numpy"
+        return _torch_forward(policy.torch_module()), "torch"
+
+
+def _unset(obs: np.ndarray) -> np.ndarray:
+    raise RuntimeError("PolicyForward called before a policy was built")
 
 
 def _torch_forward(module) -> Callable[[np.ndarray], np.ndarray]:
+    import torch
+
+    inherit_torch_threads(load=True)  # the thread that runs the ops: the loop's
+
     def forward(obs: np.ndarray) -> np.ndarray:
         # forward itself: Module.__call__'s hook checks cost ~4 us a call (no hooks here).
-        return module.forward(torch.from_numpy(obs)).numpy()
+        with torch.inference_mode():
+            return module.forward(torch.from_numpy(obs)).numpy()
 
     return forward
 
@@ -181,15 +197,16 @@ def make_recorder(pending: StepColumns, episodes, enabled: bool) -> StepRecorder
 
 
 def fast_acting(
-    epsilon: np.ndarray, num_actions: int, enabled: bool
+    epsilon: np.ndarray, num_actions: int, enabled: bool, numpy_act: bool = True
 ) -> tuple[EpsilonGreedy, PolicyForward]:
     """The fast path's exploration and forward: compiled (kernels loaded now, before the
-    loop's clock starts) when `enabled` and numba is installed, else numpy and torch."""
+    loop's clock starts) when `enabled` and numba is installed, else numpy (and torch for
+    what numpy does not run, `PolicyForward`)."""
     fused = fused_available(enabled)
     if fused:
         warm_up()
     explore = (FusedEpsilonGreedy if fused else EpsilonGreedy)(epsilon, num_actions)
-    return explore, PolicyForward(fused)
+    return explore, PolicyForward(fused, numpy_act)
 
 
 def warm_up() -> None:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import numpy as np
 import redis
-import torch
 from gymnasium import spaces
 from prometheus_client import Histogram
 
@@ -80,12 +79,13 @@ class _EnvWorker:
         self._steps_metric = metrics.ACTOR_ENV_STEPS.labels(self.instance)
         self._inference_metric: dict[str, Histogram] = {}
         self._inference_seconds: list[tuple[str, float]] = []  # (precision, seconds)
+        # numpy's forward for MLP policies (no torch in this process), torch's for pixels.
+        self.forward = PolicyForward(fused=False, numpy_act=settings.numpy_act)
 
     def q_values(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
         """One batched forward; its latency goes to the inference histogram."""
         started = time.perf_counter()
-        with torch.inference_mode():
-            q = policy.module(torch.from_numpy(obs)).numpy()
+        q = self.forward(policy, obs)
         self._inference_histogram(policy.precision).observe(time.perf_counter() - started)
         return q
 
@@ -170,11 +170,13 @@ class Actor(_EnvWorker):
         self.explore: Explore
         if self.continuous:
             self.explore = ContinuousExploration(settings, self.ou, lambda: self.env_steps)
-            self.forward = PolicyForward(fused=False)
+            self.forward = PolicyForward(fused=False, numpy_act=settings.numpy_act)
         else:
             num_actions = int(self.env.single_action_space.n)
             fused = self.fast and settings.fused_act
-            self.explore, self.forward = fast_acting(self.epsilon, num_actions, fused)
+            self.explore, self.forward = fast_acting(
+                self.epsilon, num_actions, fused, settings.numpy_act
+            )
         if self.nstep is not None:
             self.record = NStepRecorder(self.pending, self.episodes, self.nstep, self.continuous)
         elif self.fast:
@@ -206,14 +208,12 @@ class Actor(_EnvWorker):
             self.epsilon.min(),
         )
         loop_started = self._loop_started = time.perf_counter()
-        # One inference-mode scope for the whole loop rather than one per forward.
-        with torch.inference_mode():
-            while not self.stop.is_set() and not self._budget_spent():
-                self.clock.start()
-                obs = self._step(obs)
-                if self.pending.count >= self.push_every:
-                    self._push()
-                self.loop_steps += 1
+        while not self.stop.is_set() and not self._budget_spent():
+            self.clock.start()
+            obs = self._step(obs)
+            if self.pending.count >= self.push_every:
+                self._push()
+            self.loop_steps += 1
         self._push(final=True)
         self.loop_seconds = time.perf_counter() - loop_started
         self._export_loop_time()
@@ -277,7 +277,7 @@ class Actor(_EnvWorker):
         return step.obs
 
     def _forward(self, policy: LoadedPolicy, obs: np.ndarray) -> np.ndarray:
-        """`q_values` in the loop's inference-mode scope, fused where it can be (fast_act);
+        """`q_values` fused where it can be (fast_act);
         its latency is observed at the next export, not on every step."""
         started = time.perf_counter()
         q = self.forward(policy, obs)

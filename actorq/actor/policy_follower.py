@@ -15,27 +15,25 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
-import torch
 
 from actorq import metrics
 from actorq.breakdown import POLICY_PHASES, PhaseClock
 from actorq.models import MLPSpec
-from actorq.quant import (
-    BlobError,
-    PolicyArrays,
-    build_policy_module,
-    decode_blob,
-    precision_name,
-)
+from actorq.quant import BlobError, PolicyArrays, decode_blob, precision_name
 from actorq.quant.delta import apply_delta
+from actorq.quant.numpy_mlp import NumpyMLP, numpy_mlp
 from actorq.rpc import make_channel
 from actorq.security.signing import NO_KEYS, PolicyKeys
 from actorq.security.tls import TlsConfig
 from actorq.torch_threads import inherit_torch_threads
 from actorq.v1 import parameter_server_pb2 as ps_pb2
 from actorq.v1 import parameter_server_pb2_grpc as ps_grpc
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +44,36 @@ class LoadedPolicy:
 
     version: int
     precision: str
-    module: torch.nn.Module
+    module: torch.nn.Module | None
+    """torch's module; None where the forward runs without torch (numpy or numba's, built
+    by actorq.actor.fast_act), until `torch_module()` builds it."""
     blob_bytes: int
     """Bytes fetched for this version (a delta's size when it came as one)."""
     arrays: PolicyArrays | None = None
     """The decoded version: the base the next delta applies to."""
     kind: str = "full"
     """How it came: "full", "sparse" (a full blob with sparse layers) or "delta"."""
+
+    numpy_forward: NumpyMLP | None = None
+    """The forward in numpy (actorq.quant.numpy_mlp), built and checked by the follower."""
+
+    def torch_module(self) -> torch.nn.Module:
+        """The torch module, built (and torch imported) in the calling thread if the
+        follower left it out."""
+        if self.module is None:
+            if self.arrays is None:
+                raise ValueError(f"policy version {self.version} has neither module nor arrays")
+            object.__setattr__(self, "module", build_module(self.arrays))
+        assert self.module is not None
+        return self.module
+
+
+def build_module(arrays: PolicyArrays) -> torch.nn.Module:
+    """`build_policy_module` with torch loaded and this thread's torch threads set."""
+    inherit_torch_threads(load=True)
+    from actorq.quant.policy_module import build_policy_module
+
+    return build_policy_module(arrays)
 
 
 class _Newest:
@@ -104,7 +125,9 @@ class PolicyFollower:
         max_backoff: float = 2.0,
         keys: PolicyKeys = NO_KEYS,  # with keys, unsigned or badly signed blobs are refused
         tls: TlsConfig | None = None,  # None: as ACTORQ_TLS_* configure this process
+        numpy_act: bool = True,  # build torch modules only for what numpy does not run
     ) -> None:
+        self._numpy_act = numpy_act
         self._address = address
         self._keys = keys
         self._tls = tls
@@ -140,7 +163,7 @@ class PolicyFollower:
         return self._loaded_event.wait(timeout)
 
     def _run(self) -> None:
-        inherit_torch_threads()  # it builds each policy's modules
+        inherit_torch_threads()  # for the modules it builds, once torch is loaded
         backoff = 0.1
         while not self._stop.is_set():
             channel = make_channel(self._address, self._tls)
@@ -205,7 +228,10 @@ class PolicyFollower:
                 raise BlobError(
                     f"blob holds version {arrays.version}, expected {announcement.version}"
                 )
-            module = build_policy_module(arrays)
+            # Off the loop's thread: numpy's forward, or torch's module only where numpy's
+            # cannot run (numba's, where it runs, is built by the loop: actorq.actor.fast_act).
+            forward = numpy_mlp(arrays) if self._numpy_act else None
+            module = build_module(arrays) if forward is None else None
             self.clock.mark("build")
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:  # already trimmed; a newer one is coming
@@ -218,7 +244,7 @@ class PolicyFollower:
         self.bytes_by_kind[kind] += size
         metrics.ACTOR_POLICY_BYTES_RECEIVED.labels(self._instance, kind).inc(size)
         self.current = LoadedPolicy(
-            arrays.version, precision_name(arrays.precision), module, size, arrays, kind
+            arrays.version, precision_name(arrays.precision), module, size, arrays, kind, forward
         )
         self.loads += 1
         self._loaded_event.set()

@@ -10,16 +10,7 @@ from __future__ import annotations
 
 import torch
 
-MIN_BITS, MAX_BITS = 2, 8
-
-
-def qmax_for_bits(bits: int) -> int:
-    """Largest code of a symmetric `bits`-bit quantizer: 2**(bits-1) - 1 (the codec's
-    widths, actorq.quant.lowbit, which imports it from here: models import nothing of
-    actorq.quant, so the two packages hold no import cycle)."""
-    if not isinstance(bits, int) or not MIN_BITS <= bits <= MAX_BITS:
-        raise ValueError(f"bits must be an int in [{MIN_BITS}, {MAX_BITS}], got {bits!r}")
-    return 2 ** (bits - 1) - 1
+from actorq.models.qbits import MAX_BITS, MIN_BITS, qmax_for_bits  # noqa: F401  (re-exported)
 
 
 def fake_quantize(weight: torch.Tensor, bits: int) -> torch.Tensor:

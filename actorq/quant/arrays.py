@@ -16,7 +16,7 @@ from typing import cast
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from actorq.models.mlp import MLPSpec
+from actorq.models.specs import MLPSpec
 from actorq.quant.errors import BlobError
 from actorq.quant.spec import spec_from_proto, spec_to_proto
 from actorq.quant.tensors import (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from actorq.models.mlp import MLPSpec
+from actorq.models.specs import MLPSpec
 from actorq.quant.arrays import (
     PolicyArrays,
     parse_payload,

@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-import torch
 
-from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
+from actorq.models.specs import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
+from actorq.quant import fbgemm
 from actorq.quant.arrays import PolicyArrays
-from actorq.quant.int8 import REDUCE_RANGE_ENGINES
+from actorq.quant.fbgemm import FBGEMM_ENGINES, REDUCE_RANGE_ENGINES, exact_in_float32
 from actorq.quant.tensors import TensorArrays
-
-FBGEMM_ENGINES = frozenset({"fbgemm", "x86"})
-"""torch's quantized engines whose int8 Linear is fbgemm's, the arithmetic copied here."""
 
 # The fused forward pays off where torch's per-op overhead dominates: small nets. Measured
 # in one process (BENCHMARKS.md 23j): 0.2-0.6x torch's time at 64 wide (batch 16-128), but
@@ -51,8 +48,6 @@ def _host_has_avx512() -> bool:
 # column, 1.6 us on the 16-core Xeon with AVX-512 against 4.3 us for four running pairs;
 # on the AVX2-only AMD EPYC (Zen 3) per column took 9.4-15 us against 3.0-3.5.
 MIN_MAX_BY_COLUMN = _host_has_avx512()
-_SMALL_SCALE = np.float32(6.1e-5)  # SMALL_SCALE_THRESHOLD of QuantUtils.h
-_EXACT_LIMIT = 1 << 24  # float32 holds every integer below this exactly
 
 
 class FusedMLP:
@@ -94,7 +89,7 @@ def fuse_mlp(
     """A `FusedMLP` equal to `build_policy_module(arrays)`, or None (keep the torch module)
     where that module is not [InputNorm], an fp32 first layer and int8 layers, where an
     int8 layer exceeds `max_layer_weights`, or where `engine` is not fbgemm's."""
-    engine = engine or torch.backends.quantized.engine
+    engine = engine or fbgemm.quantized_engine()
     spec = arrays.spec
     if not isinstance(spec, MLPSpec) or spec.output_activation != "none":
         return None
@@ -103,7 +98,7 @@ def fuse_mlp(
     if len(layers) < 2 or any(w.scales is None for w, _ in layers):
         return None
     reduce_range = engine in REDUCE_RANGE_ENGINES
-    if engine not in FBGEMM_ENGINES or not _exact_in_float32(layers[1:], reduce_range):
+    if engine not in FBGEMM_ENGINES or not exact_in_float32(layers[1:], reduce_range):
         return None
     widest = max(w.values.size for w, _ in layers[1:])
     if max_layer_weights is not None and widest > max_layer_weights:
@@ -115,16 +110,6 @@ def _layer_tensors(arrays: PolicyArrays) -> list[tuple[TensorArrays, TensorArray
     """(weight, bias) of every Linear layer, input to output."""
     names = linear_layer_names(len(arrays.spec.widths) - 1)
     return [(arrays.tensors[f"{n}.weight"], arrays.tensors[f"{n}.bias"]) for n in names]
-
-
-def _exact_in_float32(layers: list[tuple[TensorArrays, TensorArrays]], reduce_range: bool) -> bool:
-    """Whether every int8 layer's integer sums stay below 2**24 (exact in float32)."""
-    qmax = 127 if reduce_range else 255  # the largest activation code
-    for weight, _ in layers:
-        codes = weight.values
-        if codes.shape[1] * qmax * int(np.abs(codes.astype(np.int32)).max()) >= _EXACT_LIMIT:
-            return False
-    return True
 
 
 # --- kernels ---
@@ -254,39 +239,8 @@ def min_max_by_column(x):
     return a, b
 
 
-@numba.njit(cache=True, nogil=True)
-def activation_qparams(lo, hi, reduce_range):
-    """(float32 scale, zero point) of torch's ChooseQuantizationParams for uint8."""
-    qmin, qmax = 0, 127 if reduce_range else 255
-    lo = min(lo, np.float32(0.0))
-    hi = max(hi, np.float32(0.0))
-    scale = (np.float64(hi) - np.float64(lo)) / (qmax - qmin)
-    if np.float32(scale) == 0.0 or np.isinf(np.float32(1.0) / np.float32(scale)):
-        scale = 0.1
-    if scale < _SMALL_SCALE:
-        org_scale = np.float32(scale)
-        scale = np.float64(_SMALL_SCALE)
-        if lo == 0.0:
-            hi = _SMALL_SCALE * np.float32(qmax - qmin)
-        elif hi == 0.0:
-            lo = -_SMALL_SCALE * np.float32(qmax - qmin)
-        else:
-            amplifier = _SMALL_SCALE / org_scale
-            lo = lo * amplifier
-            hi = hi * amplifier
-    from_min = qmin - lo / scale
-    from_max = qmax - hi / scale
-    from_min_error = abs(qmin) - abs(lo / scale)
-    from_max_error = abs(qmax) - abs(hi / scale)
-    initial = from_min if from_min_error < from_max_error else from_max
-    if initial < qmin:
-        zero_point = qmin
-    elif initial > qmax:
-        zero_point = qmax
-    else:
-        zero_point = int(np.rint(initial))
-    return np.float32(scale), zero_point
-
+# torch's ChooseQuantizationParams, compiled from the one plain function (actorq.quant.fbgemm).
+activation_qparams = numba.njit(cache=True, nogil=True)(fbgemm.activation_qparams)
 
 _ROUNDER = np.float32(1.5 * 2**23)  # t + this - this rounds t in [0, 2**22) to even
 

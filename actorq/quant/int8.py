@@ -19,8 +19,7 @@ from torch import nn
 if TYPE_CHECKING:
     from actorq.quant.tensors import TensorArrays
 
-REDUCE_RANGE_ENGINES = frozenset({"fbgemm", "x86"})
-"""Engines whose int8 GEMM can saturate 16-bit sums without VNNI; they need 7-bit inputs."""
+from actorq.quant.fbgemm import REDUCE_RANGE_ENGINES
 
 # Passing the packed weights (a ScriptObject) to an op makes torch probe the object for
 # `__torch_function__`; the failed lookup throws and catches a C++ exception, ~30 us per

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from actorq.models.fake_quant import qmax_for_bits
+from actorq.models.qbits import qmax_for_bits
 from actorq.quant.codec import dequantize_int8, quantize_symmetric_per_channel
 
 INT4_QMAX = 7

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from actorq.models.cnn import CNNSpec
-from actorq.models.mlp import MLPSpec
+from actorq.models.specs import CNNSpec, MLPSpec
 from actorq.quant.errors import BlobError
 from actorq.v1 import policy_pb2
 

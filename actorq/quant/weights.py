@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-from torch import nn
 
-from actorq.models.mlp import MLPSpec
+from actorq.models.specs import MLPSpec
 from actorq.quant.errors import WeightsError
+
+if TYPE_CHECKING:  # torch only for the learner's side: actors validate without it
+    from torch import nn
 
 
 def validate_weights(weights: Mapping[str, np.ndarray], spec: MLPSpec) -> None:

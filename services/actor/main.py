@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 
-import torch
-
 from actorq import metrics
 from actorq.actor.evaluator import Evaluator
 from actorq.actor.identity import claim_actor_index
@@ -25,12 +23,15 @@ from actorq.rpc.control import StatusSnapshot, control_service
 from actorq.security.signing import load_policy_keys
 from actorq.security.tls import TlsConfig, allowed_peers
 from actorq.service import ServiceRuntime, connect_redis, run_loop, run_main, setup_logging
+from actorq.torch_threads import set_torch_threads
 
 log = logging.getLogger("actorq.actor")
 
 
 def serve(settings: ActorSettings) -> int:
-    torch.set_num_threads(1)  # actors scale by processes; one thread each avoids contention
+    # Actors scale by processes: one torch thread each, if torch is ever loaded (pixel
+    # policies; MLP policies act in numpy or numba, and the process never imports torch).
+    set_torch_threads(1)
     # Unknown or unsupported env, or a backend that cannot build it: a clear error before
     # anything starts.
     describe_env(settings.env_id, continuous=None)
@@ -53,6 +54,7 @@ def serve(settings: ActorSettings) -> int:
         settings.instance_id,
         keys=load_policy_keys(settings.policy_key_file, settings.policy_previous_key_file),
         tls=tls,
+        numpy_act=settings.numpy_act,
     ).start()
     kind = Evaluator if settings.evaluator else (TrajectoryActor if on_policy else Actor)
     worker = kind(settings, env, follower, client, keys, runtime.stop_event)

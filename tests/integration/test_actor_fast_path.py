@@ -39,7 +39,7 @@ def _run(redis_url, client, prefix: str, fast: bool, native: bool, **overrides) 
     if fast:  # the fused kernels ran exactly when asked for (numba is installed here)
         fused = overrides.get("fused_act", True)
         assert actor.forward.fused == fused and fused_available(True)
-        assert actor.forward.kind == ("fused" if fused else "torch")
+        assert actor.forward.kind == ("fused" if fused else "numpy")
     entries = client.xrange(keys.replay_stream)
     batches = [decode_batch(fields) for _, fields in entries]
     episodes = [e for _, f in client.xrange(keys.episodes_stream) for e in parse_episodes(f)]

@@ -78,10 +78,11 @@ def test_hard_int4_version_is_stored_with_fallbacks_and_actors_act_within_thresh
         policy = follower.current
         assert policy is not None and policy.version == 1 and policy.precision == "int4"
         fp32 = encode_policy(weights, SPEC, policy_pb2.PRECISION_FP32, 1, 10)
+        assert policy.numpy_forward is not None  # what the actor runs (numpy_mlp)
+        acted = policy.numpy_forward(obs)
         with torch.inference_mode():
             probe = torch.from_numpy(obs)
             ref = build_policy_module(decode_policy(fp32.envelope)).forward(probe).numpy()
-            acted = policy.module(probe).numpy()
         assert divergence(ref, acted, continuous=False).value <= 0.02
     finally:
         follower.stop()

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import redis
-import torch
 
 from actorq.actor.loop import Actor
 from actorq.actor.policy_follower import PolicyFollower
@@ -84,8 +83,9 @@ def test_int8_actor_applies_the_learners_normalisation(
     loaded = follower.current
     follower.stop()
     assert loaded is not None and loaded.version == final and loaded.precision == "int8"
-    module = loaded.module
-    norm = module.layers[0]
+    assert loaded.module is None  # the actor acts in numpy: no torch module was built
+    assert loaded.numpy_forward is not None
+    norm = loaded.torch_module().layers[0]
     assert isinstance(norm, InputNorm)
     rms = learner.algo.obs_rms
     assert rms is not None and rms.count > 0  # it normalised what it trained on
@@ -94,8 +94,7 @@ def test_int8_actor_applies_the_learners_normalisation(
         [np.cos(np.linspace(-3, 3, 64)), np.sin(np.linspace(-3, 3, 64)), np.linspace(-8, 8, 64)],
         axis=1,
     ).astype(np.float32)
-    with torch.inference_mode():
-        acted = module(torch.from_numpy(obs)).numpy()
+    acted = loaded.numpy_forward(obs)  # what the actor runs
     np.testing.assert_allclose(acted, learner.algo.actions(obs), atol=0.05)  # int8 vs fp32
 
 

@@ -238,8 +238,8 @@ def test_follower_loads_new_versions_and_keeps_last_good_on_corruption(
         _store_raw_version(cluster, redis_client, redis_keys, 3, bytes(envelope))
         wait_for(lambda: follower.rejections == 1)
         assert follower.current.version == 2  # kept the last good policy
-        obs = torch.zeros((3, SPEC.obs_dim))
-        assert follower.current.module(obs).shape == (3, SPEC.num_outputs)
+        obs = np.zeros((3, SPEC.obs_dim), np.float32)
+        assert follower.current.numpy_forward(obs).shape == (3, SPEC.num_outputs)
         cluster.publish(4)
         wait_for(lambda: follower.current.version == 4)
     finally:
@@ -299,7 +299,7 @@ def test_follower_survives_quantizer_outage_and_late_start(
         server.stop(0.1)  # quantizer away: the actor keeps acting on version 1
         time.sleep(1.0)
         assert follower.current.version == 1
-        out = follower.current.module(torch.zeros((2, SPEC.obs_dim)))
+        out = follower.current.numpy_forward(np.zeros((2, SPEC.obs_dim), np.float32))
         assert out.shape == (2, SPEC.num_outputs)
 
         params, server = serve()  # back, serving what Redis holds, then a new version

@@ -1,5 +1,5 @@
 """The actor's fast path without its numba kernels: switched off, or numba not installed,
-it acts with `EpsilonGreedy` and the torch module (actorq.actor.fast_act)."""
+it acts with `EpsilonGreedy` and numpy's forward or torch's module (actorq.actor.fast_act)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,19 @@ from actorq.actor.fast_act import fast_acting
 from actorq.actor.fixed_policy import make_policy
 
 
-def test_disabled_switch_keeps_numpy_exploration_and_the_torch_forward() -> None:
+def test_disabled_switch_keeps_numpy_exploration_and_forward() -> None:
+    """Switched off: `EpsilonGreedy` and numpy's forward (actorq.quant.numpy_mlp), or
+    torch's module with ACTORQ_NUMPY_ACT=0; both give the module's int8 outputs."""
     eps = np.full(4, 0.1)
-    explore, forward = fast_acting(eps, 2, enabled=False)
-    assert type(explore) is EpsilonGreedy and not forward.fused
     policy = make_policy("CartPole-v1", (64, 64), "int8")
-    forward(policy, np.ones((4, 4), np.float32))
-    assert forward.kind == "torch"
+    obs = np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32)
+    outputs = {}
+    for numpy_act, kind in ((True, "numpy"), (False, "torch")):
+        explore, forward = fast_acting(eps, 2, enabled=False, numpy_act=numpy_act)
+        assert type(explore) is EpsilonGreedy and not forward.fused
+        outputs[kind] = forward(policy, obs)
+        assert forward.kind == kind
+    np.testing.assert_array_equal(outputs["numpy"], outputs["torch"])
 
 
 @pytest.mark.parametrize("missing", ["numba", "scipy"])
