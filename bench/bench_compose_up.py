@@ -5,10 +5,10 @@ images) under its own project name, optionally beside CPU-bound background proce
 Prints the actors' health counts every `--every` seconds (as issue 33 reported them),
 the time to all healthy (or the readiness report on timeout), the load average, where
 the time went (per service: seconds to created, started and first seen healthy), what
-each actor holds once all are healthy (CPU-seconds from its cgroup, memory from `docker
-stats`, whether torch's library is mapped in its process), then tears the project down
-(`down -v`, else removal by the compose project label) and checks that nothing with the
-label is left.
+each actor took and holds (CPU-seconds from its cgroup when first seen healthy, memory
+from `docker stats` once all are, whether torch's library is mapped in its process),
+then tears the project down (`down -v`, else removal by the compose project label) and
+checks that nothing with the label is left.
 
     python bench/bench_compose_up.py --actors 32 --hogs 2 --timeout 300
     python bench/bench_compose_up.py --actors 32 --actor-image actorq:core-old  # A/B
@@ -63,6 +63,7 @@ class HealthWatch:
         self.latest: list[dict] = []
         self.latest_at = 0.0  # seconds after `origin` when `latest` was read
         self.first_healthy: dict[str, float] = {}
+        self.cpu_at_healthy: dict[str, float | None] = {}  # CPU-s when first seen healthy
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="health-watch", daemon=True)
         self.thread.start()
@@ -76,13 +77,16 @@ class HealthWatch:
     def poll(self) -> None:
         try:
             containers = self.stack.containers()
-        except ComposeError as exc:  # a container removed between ps and inspect
-            print(f"health watch: {exc}", file=sys.stderr)
+        except (ComposeError, subprocess.TimeoutExpired) as exc:  # removed between ps and
+            # inspect, or the engine too loaded to answer in 120 s: the next poll tries again
+            print(f"health watch: {str(exc)[:200]}", file=sys.stderr)
             return
         now = time.time() - self.origin
         for info in containers:
-            if (info["State"].get("Health") or {}).get("Status") == "healthy":
-                self.first_healthy.setdefault(info["Id"], now)
+            healthy = (info["State"].get("Health") or {}).get("Status") == "healthy"
+            if healthy and info["Id"] not in self.first_healthy:  # its CPU to get there too
+                self.first_healthy[info["Id"]] = now
+                self.cpu_at_healthy[info["Id"]] = _cgroup_cpu_seconds(info["State"]["Pid"])
         self.latest, self.latest_at = containers, now
 
     def close(self) -> None:
@@ -122,37 +126,54 @@ def timeline(stack: ComposeStack, origin: float, healthy: dict[str, float]) -> s
     return "seconds after `up -d` began:\n" + "\n".join(rows)
 
 
-def actor_footprint(stack: ComposeStack) -> str:
-    """Per actor container: CPU-seconds so far (its cgroup's cpuacct, v1, or cpu.stat, v2),
-    memory (`docker stats`, which leaves out the page cache) and whether libtorch is
-    mapped in the actor's process; the median and the largest."""
-    ids = [i["Id"] for i in stack.containers()
-           if i["Config"]["Labels"].get("com.docker.compose.service") == "actor"]  # fmt: skip
-    cpu = [c for c in (_cgroup_cpu_seconds(i) for i in ids) if c is not None]
+def actor_footprint(stack: ComposeStack, cpu_at_healthy: dict[str, float | None]) -> str:
+    """Per actor container: CPU-seconds when first seen healthy (its cgroup's cpuacct, v1,
+    or cpu.stat, v2; polled every 3 s), memory now (`docker stats`, which leaves out the
+    page cache) and whether libtorch is mapped in the actor's process; median and largest."""
+    actors = [i for i in stack.containers()
+              if i["Config"]["Labels"].get("com.docker.compose.service") == "actor"]  # fmt: skip
+    ids = [i["Id"] for i in actors]
+    cpu = [c for c in (cpu_at_healthy.get(i) for i in ids) if c is not None]
     stats = stack.docker_cli("stats", "--no-stream", "--format", "{{.MemUsage}}", *ids)
     mib = [_mib(line.split("/")[0]) for line in stats.splitlines() if line.strip()]
-    torch = sum(
-        "libtorch" in stack.docker_cli("exec", i, "cat", "/proc/1/maps", check=False) for i in ids
-    )
+    # The container's first process seen from the host (a `docker exec` each took seconds
+    # on the loaded machine); its threads share the one address space.
+    torch = sum(_maps_libtorch(i["State"]["Pid"]) for i in actors)
 
     def spread(values: list[float], unit: str) -> str:
         if not values:
             return "n/a"
         return f"median {statistics.median(values):.2f} {unit}, max {max(values):.2f} {unit}"
 
-    return (f"per actor ({len(ids)}): CPU {spread(cpu, 's')}; memory {spread(mib, 'MiB')}; "
+    return (f"per actor ({len(ids)}): CPU to healthy {spread(cpu, 's')}; memory "
+            f"{spread(mib, 'MiB')}; "
             f"torch loaded in {torch}")  # fmt: skip
 
 
-def _cgroup_cpu_seconds(container_id: str) -> float | None:
-    v1 = Path("/sys/fs/cgroup/cpuacct/docker", container_id, "cpuacct.usage")
-    if v1.exists():
-        return int(v1.read_text()) / 1e9
-    for v2 in (Path("/sys/fs/cgroup/system.slice", f"docker-{container_id}.scope", "cpu.stat"),
-               Path("/sys/fs/cgroup/docker", container_id, "cpu.stat")):  # fmt: skip
-        if v2.exists():
-            fields = dict(line.split() for line in v2.read_text().splitlines())
-            return int(fields["usage_usec"]) / 1e6
+def _maps_libtorch(pid: int) -> bool:
+    """Whether libtorch is mapped in host process `pid` or its children (under an init)."""
+    pids = [pid, *(int(p) for p in _read(f"/proc/{pid}/task/{pid}/children").split())]
+    return any("libtorch" in _read(f"/proc/{p}/maps") for p in pids)
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:  # gone, or not ours to read
+        return ""
+
+
+def _cgroup_cpu_seconds(pid: int) -> float | None:
+    """CPU-seconds of the cgroup of host process `pid` (a container's): cpuacct.usage
+    (v1, wherever dockerd's --cgroup-parent put it) or cpu.stat's usage_usec (v2)."""
+    for line in _read(f"/proc/{pid}/cgroup").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            usage = _read(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
+            return int(usage) / 1e9 if usage.strip() else None
+        if controllers == "":  # the v2 unified hierarchy
+            stat = dict(x.split() for x in _read(f"/sys/fs/cgroup{path}/cpu.stat").splitlines())
+            return int(stat["usage_usec"]) / 1e6 if "usage_usec" in stat else None
     return None
 
 
@@ -208,7 +229,7 @@ def main() -> int:
         watch.close()
         print(timeline(stack, origin, watch.first_healthy))
         if healthy_at is not None:
-            print(actor_footprint(stack))
+            print(actor_footprint(stack, watch.cpu_at_healthy))
     finally:
         watch.stop.set()
         for hog in hogs:
