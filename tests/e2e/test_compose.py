@@ -113,6 +113,20 @@ def test_every_actor_is_healthy_with_its_own_index(stack: ComposeStack) -> None:
     assert {r["metric"]["instance"] for r in seen} == set(instances)
 
 
+def test_cartpole_actors_act_without_torch(stack: ComposeStack) -> None:
+    """A CartPole actor's int8 MLP policy runs through numpy (actorq.quant.numpy_mlp): no
+    process in its container maps libtorch, while numpy's extension is mapped (the check
+    reads the maps it means to). Pixel policies would load torch; compose's default does not."""
+    actors = stack.container_ids("actor")
+    for container in (actors[0], actors[-1]):
+        found = {}
+        for library in ("libtorch", "_multiarray_umath"):
+            script = f"grep -l {library} /proc/[0-9]*/maps 2>/dev/null; true"
+            found[library] = stack.docker_cli("exec", container, "sh", "-c", script).split()
+        assert found["_multiarray_umath"], f"no process of {container} maps numpy"
+        assert found["libtorch"] == [], f"{container}: libtorch mapped in {found['libtorch']}"
+
+
 def test_engine_processes_do_not_count_as_this_tests(stack: ComposeStack) -> None:
     """The containerd shims the engine forks for this stack's containers outlive each test
     by design; they must not carry the test run's mark (tests/conftest.py), or the suite
