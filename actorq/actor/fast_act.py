@@ -10,8 +10,9 @@ With numba and scipy installed and `ACTORQ_FUSED_ACT=1` (default):
 - `FusedEpsilonGreedy`: `EpsilonGreedy` in one numba call (same seed, same draws);
 - `FusedRecorder`: `StepRecorder` in one numba call, for flat float32 observations.
 Otherwise `EpsilonGreedy` and `StepRecorder` run, and the forward is numpy's
-(`actorq.quant.numpy_mlp`, `ACTORQ_NUMPY_ACT=1`, default) for MLP policies or torch's module
-(pixel policies; `ACTORQ_NUMPY_ACT=0`): torch is imported only for the last. Importing numba and
+(`actorq.quant.numpy_mlp`, `ACTORQ_NUMPY_ACT=1`, default) for MLP policies up to 64 x 128
+weights a layer, or torch's module (pixel policies, wider nets, `ACTORQ_NUMPY_ACT=0`): torch
+is imported only for the last. Importing numba and
 loading the cached kernels (~1-1.5 s) happen once in the zygote for every actor `actorq
 run` forks (actorq.actor.preload); an actor started on its own (spawn mode, a container)
 does it while it is built (`fast_acting`), before its loop's clock starts (BENCHMARKS.md
