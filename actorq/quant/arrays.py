@@ -16,7 +16,7 @@ from typing import cast
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from actorq.models.specs import MLPSpec
+from actorq.models.specs import MLPSpec, linear_layer_names
 from actorq.quant.errors import BlobError
 from actorq.quant.spec import spec_from_proto, spec_to_proto
 from actorq.quant.tensors import (
@@ -55,6 +55,11 @@ class PolicyArrays:
 
     def float32(self, name: str) -> np.ndarray:
         return self.tensors[name].to_float32()
+
+    def linear_layers(self) -> list[tuple[TensorArrays, TensorArrays]]:
+        """(weight, bias) of every Linear layer of an MLP policy, input to output."""
+        names = linear_layer_names(len(self.spec.widths) - 1)
+        return [(self.tensors[f"{n}.weight"], self.tensors[f"{n}.bias"]) for n in names]
 
 
 def policy_header(arrays: PolicyArrays, precision: int | None = None) -> policy_pb2.Policy:

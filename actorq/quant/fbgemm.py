@@ -74,13 +74,15 @@ def activation_qparams(lo, hi, reduce_range):
     return np.float32(scale), zero_point
 
 
+def widest_integer_sum(codes: np.ndarray, reduce_range: bool) -> int:
+    """The largest |integer sum| an int8 layer of these codes [out, in] can reach: in
+    products of the largest activation code (127 with reduce_range, else 255) and weight code."""
+    qmax = 127 if reduce_range else 255
+    return codes.shape[1] * qmax * int(np.abs(codes.astype(np.int32)).max(initial=0))
+
+
 def exact_in_float32(
     layers: Sequence[tuple[TensorArrays, TensorArrays]], reduce_range: bool
 ) -> bool:
     """Whether every int8 layer's integer sums stay below 2**24 (exact in float32)."""
-    qmax = 127 if reduce_range else 255  # the largest activation code
-    for weight, _ in layers:
-        codes = weight.values
-        if codes.shape[1] * qmax * int(np.abs(codes.astype(np.int32)).max()) >= EXACT_LIMIT:
-            return False
-    return True
+    return all(widest_integer_sum(w.values, reduce_range) < EXACT_LIMIT for w, _ in layers)

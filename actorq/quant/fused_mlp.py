@@ -23,11 +23,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from actorq.models.specs import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
+from actorq.models.specs import INPUT_SCALE, INPUT_SHIFT, MLPSpec
 from actorq.quant import fbgemm
 from actorq.quant.arrays import PolicyArrays
 from actorq.quant.fbgemm import FBGEMM_ENGINES, REDUCE_RANGE_ENGINES, exact_in_float32
-from actorq.quant.tensors import TensorArrays
 
 # The fused forward pays off where torch's per-op overhead dominates: small nets. Measured
 # in one process (BENCHMARKS.md 23j): 0.2-0.6x torch's time at 64 wide (batch 16-128), but
@@ -57,7 +56,7 @@ class FusedMLP:
 
     def __init__(self, arrays: PolicyArrays, reduce_range: bool) -> None:
         spec = arrays.spec
-        (first_w, first_b), *int8_layers = _layer_tensors(arrays)
+        (first_w, first_b), *int8_layers = arrays.linear_layers()
         weight_t = first_w.to_float32().T  # [in, out], as DequantizedLinear holds it
         dim, width = weight_t.shape
         shift, scale = np.zeros(dim, np.float32), np.ones(dim, np.float32)
@@ -93,7 +92,7 @@ def fuse_mlp(
     spec = arrays.spec
     if not isinstance(spec, MLPSpec) or spec.output_activation != "none":
         return None
-    layers = _layer_tensors(arrays)
+    layers = arrays.linear_layers()
     # A float weight (fp32/fp16 policy, or the guard's fallback layer) is an nn.Linear.
     if len(layers) < 2 or any(w.scales is None for w, _ in layers):
         return None
@@ -104,12 +103,6 @@ def fuse_mlp(
     if max_layer_weights is not None and widest > max_layer_weights:
         return None
     return FusedMLP(arrays, reduce_range)
-
-
-def _layer_tensors(arrays: PolicyArrays) -> list[tuple[TensorArrays, TensorArrays]]:
-    """(weight, bias) of every Linear layer, input to output."""
-    names = linear_layer_names(len(arrays.spec.widths) - 1)
-    return [(arrays.tensors[f"{n}.weight"], arrays.tensors[f"{n}.bias"]) for n in names]
 
 
 # --- kernels ---

@@ -22,14 +22,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from actorq.models.specs import INPUT_SCALE, INPUT_SHIFT, MLPSpec, linear_layer_names
+from actorq.models.specs import INPUT_SCALE, INPUT_SHIFT, MLPSpec
 from actorq.quant import fbgemm
 from actorq.quant.arrays import PolicyArrays
 from actorq.quant.fbgemm import FBGEMM_ENGINES, REDUCE_RANGE_ENGINES, activation_qparams
 from actorq.quant.tensors import TensorArrays
 
 Layer = Callable[[np.ndarray], np.ndarray]
-_EXACT_IN_FLOAT64 = 1 << 53
 
 # numpy pays ~1 us of call overhead per op: at 64 wide it runs an fp32 MLP in 0.4-0.8x
 # torch's time and an int8 one in ~2.4x (fbgemm's kernels), but at 256 wide int8 takes
@@ -46,7 +45,7 @@ class NumpyMLP:
         self.layers: list[Layer] = []
         if spec.input_norm:
             self.layers.append(_InputNorm(arrays.float32(INPUT_SHIFT), arrays.float32(INPUT_SCALE)))
-        tensors = _layer_tensors(arrays)
+        tensors = arrays.linear_layers()
         for i, (weight, bias) in enumerate(tensors):
             relu = i < len(tensors) - 1
             if weight.scales is not None and i > 0:
@@ -73,7 +72,7 @@ def numpy_runs(
     which exceeds `max_layer_weights`, and int8 layers (if any) under fbgemm's engines."""
     if not isinstance(arrays.spec, MLPSpec):
         return False
-    layers = _layer_tensors(arrays)
+    layers = arrays.linear_layers()
     widest = max(w.values.size for w, _ in layers)
     if max_layer_weights is not None and widest > max_layer_weights:
         return False
@@ -93,12 +92,6 @@ def numpy_mlp(
     if not numpy_runs(arrays, engine, max_layer_weights):
         return None
     return NumpyMLP(arrays, engine in REDUCE_RANGE_ENGINES)
-
-
-def _layer_tensors(arrays: PolicyArrays) -> list[tuple[TensorArrays, TensorArrays]]:
-    """(weight, bias) of every Linear layer, input to output."""
-    names = linear_layer_names(len(arrays.spec.widths) - 1)
-    return [(arrays.tensors[f"{n}.weight"], arrays.tensors[f"{n}.bias"]) for n in names]
 
 
 class _InputNorm:
@@ -134,12 +127,10 @@ class _Int8Layer:
         relu_input: bool = False,
     ) -> None:
         codes = weight.values  # int8 [out, in]
-        qmax = 127 if reduce_range else 255
-        widest_sum = codes.shape[1] * qmax * int(np.abs(codes.astype(np.int32)).max(initial=0))
-        # Integer sums are exact in float32 below 2**24 (any order, so BLAS may reorder).
-        self.dtype = np.float32 if widest_sum < fbgemm.EXACT_LIMIT else np.float64
-        if widest_sum >= _EXACT_IN_FLOAT64:
-            raise ValueError(f"int8 layer of {codes.shape} cannot sum exactly in float64")
+        # Integer sums are exact in float32 below 2**24 (any order, so BLAS may reorder);
+        # above, float64 holds them (int8 layers stay far below 2**53).
+        exact32 = fbgemm.widest_integer_sum(codes, reduce_range) < fbgemm.EXACT_LIMIT
+        self.dtype = np.float32 if exact32 else np.float64
         self.codes_t = np.ascontiguousarray(codes.T, self.dtype)  # [in, out]
         self.col_sum = self.codes_t.sum(axis=0)  # exact: integers
         assert weight.scales is not None

@@ -22,9 +22,8 @@ from actorq.actor.fast_act import (
 )
 from actorq.actor.policy_follower import LoadedPolicy
 from actorq.actor.stepper import VectorStep
-from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork
+from actorq.models.mlp import MLPSpec
 from actorq.quant import (
-    build_policy_module,
     decode_blob,
     encode_policy,
     make_int8_linear,
@@ -39,12 +38,8 @@ from actorq.quant.fused_mlp import (
     min_max_by_column,
     mlp_forward,
 )
+from actorq.testing.policies import random_policy, random_weights, torch_outputs
 from actorq.v1 import policy_pb2
-
-
-def _torch(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
-    with torch.inference_mode():
-        return module.forward(torch.from_numpy(x)).numpy()
 
 
 def _layer_input(rng: np.random.Generator, rows: int, k: int, kind: str) -> np.ndarray:
@@ -76,7 +71,7 @@ def test_int8_layer_equals_fbgemm_bit_for_bit(kind: str) -> None:
         x = _layer_input(rng, rows, k, kind)
         codes_t = np.ascontiguousarray(q.T, np.float32)
         got = int8_linear(x, codes_t, scales.astype(np.float32), bias, relu, layer.reduce_range)
-        np.testing.assert_array_equal(got, _torch(layer, x), err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(got, torch_outputs(layer, x), err_msg=f"trial {trial}")
 
 
 @pytest.mark.parametrize("kernel", [min_max, min_max_by_column], ids=["pairs", "by-column"])
@@ -98,23 +93,6 @@ def test_min_max_is_numpys_ignoring_nan(kernel) -> None:
         assert got == (np.nanmin(x), np.nanmax(x)), f"trial {trial}: {got}"
 
 
-def _weights(spec: MLPSpec, seed: int) -> dict[str, np.ndarray]:
-    torch.manual_seed(seed)
-    weights = {k: v.numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
-    if spec.input_norm:
-        rng = np.random.default_rng(seed)
-        weights[INPUT_SHIFT] = rng.normal(size=spec.obs_dim).astype(np.float32)
-        weights[INPUT_SCALE] = rng.uniform(0.1, 3, size=spec.obs_dim).astype(np.float32)
-    return weights
-
-
-def _policy(spec: MLPSpec, seed: int, precision: str = "int8") -> LoadedPolicy:
-    """The actor's view of a version: the decoded arrays and the module built from them."""
-    encoded = encode_policy(_weights(spec, seed), spec, parse_precision(precision), 1, 0)
-    arrays = decode_blob(encoded.envelope)
-    return LoadedPolicy(1, precision, build_policy_module(arrays), 0, arrays)
-
-
 @pytest.mark.parametrize(
     ("spec", "precision"),
     [
@@ -133,14 +111,14 @@ def test_forward_equals_the_policy_module(spec: MLPSpec, precision: str) -> None
     to within 1e-5 of the Q range (a boundary flip moves a Q value by about one activation
     step times one weight, ~1e-3 of it, so this bound still fails a wrong quantizer), and
     the same argmax on every row whose top two Q values are further apart than that."""
-    policy = _policy(spec, seed=spec.obs_dim, precision=precision)
+    policy = random_policy(spec, seed=spec.obs_dim, precision=precision)
     module = policy.module
     fused = fuse_mlp(policy.arrays, max_layer_weights=None)  # the kernel at every size
     assert fused is not None
     rng = np.random.default_rng(spec.obs_dim)
     for rows in (1, 7, 32, 128):
         obs = (rng.normal(size=(rows, spec.obs_dim)) * 3).astype(np.float32)
-        want, got = _torch(module, obs), fused(obs)
+        want, got = torch_outputs(module, obs), fused(obs)
         assert got.dtype == np.float32 and got.shape == want.shape
         tol = 1e-5 * float(np.ptp(want) + 1e-6)
         np.testing.assert_allclose(got, want, rtol=0, atol=tol)
@@ -152,7 +130,7 @@ def test_forward_equals_the_policy_module(spec: MLPSpec, precision: str) -> None
 def test_forward_is_the_same_whichever_min_max_the_cpu_gets() -> None:
     """The layout's min/max flag (MIN_MAX_BY_COLUMN, chosen by the host CPU) changes
     speed, never outputs: both passes are exact."""
-    fused = fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=2).arrays)
+    fused = fuse_mlp(random_policy(MLPSpec(4, 2, (64, 64)), seed=2).arrays)
     assert fused is not None
     other = np.array(fused.layout)
     other[3] = 1 - other[3]
@@ -163,20 +141,20 @@ def test_forward_is_the_same_whichever_min_max_the_cpu_gets() -> None:
 def test_only_small_nets_are_fused_by_default() -> None:
     """Where the fused forward was measured slower than torch's (128 x 128 at batch 128,
     256 wide and up), the actor keeps the torch module; CartPole's 64x64 is fused."""
-    assert fuse_mlp(_policy(MLPSpec(4, 2, (64, 64)), seed=1).arrays) is not None
-    big = _policy(MLPSpec(4, 2, (256, 256)), seed=1)
+    assert fuse_mlp(random_policy(MLPSpec(4, 2, (64, 64)), seed=1).arrays) is not None
+    big = random_policy(MLPSpec(4, 2, (256, 256)), seed=1)
     assert fuse_mlp(big.arrays) is None
     assert fuse_mlp(big.arrays, max_layer_weights=None) is not None
     forward = PolicyForward(fused=True)
     obs = np.ones((3, 4), np.float32)
     out = forward(big, obs)
     assert forward.kind == "torch"
-    np.testing.assert_array_equal(out, _torch(big.module, obs))
+    np.testing.assert_array_equal(out, torch_outputs(big.module, obs))
 
 
 def test_int8_layers_of_another_engine_are_not_fused() -> None:
     """The kernel reproduces fbgemm's arithmetic (the x86 engines); qnnpack's differs."""
-    arrays = _policy(MLPSpec(4, 2, (64, 64)), seed=1).arrays
+    arrays = random_policy(MLPSpec(4, 2, (64, 64)), seed=1).arrays
     assert fuse_mlp(arrays) is not None
     assert fuse_mlp(arrays, engine="x86") is not None
     assert fuse_mlp(arrays, engine="qnnpack") is None
@@ -185,7 +163,7 @@ def test_int8_layers_of_another_engine_are_not_fused() -> None:
 def test_the_fused_forward_holds_the_decoded_codes() -> None:
     """Built from the blob's arrays, not by unpacking fbgemm's packed weights: the numbers
     it carries are those fbgemm's `Int8Linear`s hold (codes, float32 scales, biases)."""
-    policy = _policy(MLPSpec(5, 3, (24, 16)), seed=4)
+    policy = random_policy(MLPSpec(5, 3, (24, 16)), seed=4)
     fused = fuse_mlp(policy.arrays)
     assert fused is not None
     int8_layers = [x for x in policy.module.layers if hasattr(x, "unpack")]
@@ -203,22 +181,22 @@ def test_policies_it_cannot_express_keep_the_torch_module() -> None:
     (the quantizer's guard) and tanh outputs are not fused."""
     spec = MLPSpec(4, 2, (32, 32))
     for precision in ("fp32", "fp16"):
-        assert fuse_mlp(_policy(spec, 1, precision).arrays) is None
+        assert fuse_mlp(random_policy(spec, 1, precision).arrays) is None
     fallback = {"layers.2.weight": policy_pb2.DTYPE_FLOAT16}
     int8 = parse_precision("int8")
-    encoded = encode_policy(_weights(spec, 1), spec, int8, 1, 0, fallback_layers=fallback)
+    encoded = encode_policy(random_weights(spec, 1), spec, int8, 1, 0, fallback_layers=fallback)
     assert fuse_mlp(decode_blob(encoded.envelope)) is None
     tanh = MLPSpec(4, 2, (32, 32), output_activation="tanh")
-    assert fuse_mlp(_policy(tanh, 1).arrays) is None
-    policy = _policy(spec, 1, "fp32")
+    assert fuse_mlp(random_policy(tanh, 1).arrays) is None
+    policy = random_policy(spec, 1, "fp32")
     obs = np.ones((3, 4), np.float32)
     forward = PolicyForward(fused=True, numpy_act=False)
-    np.testing.assert_array_equal(forward(policy, obs), _torch(policy.module, obs))
+    np.testing.assert_array_equal(forward(policy, obs), torch_outputs(policy.module, obs))
     assert forward.kind == "torch"
     forward = PolicyForward(fused=True)  # numpy's forward, where it runs
-    np.testing.assert_allclose(forward(policy, obs), _torch(policy.module, obs), rtol=1e-5)
+    np.testing.assert_allclose(forward(policy, obs), torch_outputs(policy.module, obs), rtol=1e-5)
     assert forward.kind == "numpy"
-    no_arrays = LoadedPolicy(1, "int8", _policy(spec, 1).module, 0)  # nothing to fuse from
+    no_arrays = LoadedPolicy(1, "int8", random_policy(spec, 1).module, 0)  # nothing to fuse from
     forward = PolicyForward(fused=True)
     assert forward(no_arrays, obs).shape == (3, 2) and forward.kind == "torch"
 
@@ -260,11 +238,11 @@ def test_fused_epsilon_greedy_draws_from_the_generator_it_is_given() -> None:
 def test_switched_on_the_actor_fast_path_runs_the_kernels() -> None:
     explore, forward = fast_acting(np.full(4, 0.1), 2, enabled=True)
     assert type(explore) is FusedEpsilonGreedy and forward.fused
-    policy = _policy(MLPSpec(4, 2, (64, 64)), seed=1)
+    policy = random_policy(MLPSpec(4, 2, (64, 64)), seed=1)
     obs = np.ones((4, 4), np.float32)
     out = forward(policy, obs)
     assert forward.kind == "fused"
-    np.testing.assert_allclose(out, _torch(policy.module, obs), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(out, torch_outputs(policy.module, obs), rtol=0, atol=1e-6)
 
 
 def _random_step(rng: np.random.Generator, m: int, reward_dtype: type) -> VectorStep:

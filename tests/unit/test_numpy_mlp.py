@@ -12,37 +12,16 @@ import pytest
 import torch
 
 from actorq.actor.fast_act import PolicyForward
-from actorq.actor.policy_follower import LoadedPolicy
-from actorq.models.mlp import INPUT_SCALE, INPUT_SHIFT, MLPSpec, QNetwork
+from actorq.models.mlp import MLPSpec
 from actorq.quant import (
-    build_policy_module,
-    decode_blob,
-    encode_policy,
     make_int8_linear,
-    parse_precision,
     quantize_int8_per_channel,
 )
 from actorq.quant.fused_mlp import fuse_mlp
 from actorq.quant.numpy_mlp import NUMPY_MAX_LAYER_WEIGHTS, _Int8Layer, numpy_mlp, numpy_runs
 from actorq.quant.tensors import TensorArrays
+from actorq.testing.policies import random_policy, torch_outputs
 from actorq.v1 import policy_pb2
-
-
-def _torch(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
-    with torch.inference_mode():
-        return module.forward(torch.from_numpy(x)).numpy()
-
-
-def _policy(spec: MLPSpec, seed: int, precision: str = "int8", **encode) -> LoadedPolicy:
-    torch.manual_seed(seed)
-    weights = {k: v.numpy().copy() for k, v in QNetwork(spec).state_dict().items()}
-    if spec.input_norm:
-        rng = np.random.default_rng(seed)
-        weights[INPUT_SHIFT] = rng.normal(size=spec.obs_dim).astype(np.float32)
-        weights[INPUT_SCALE] = rng.uniform(0.1, 3, size=spec.obs_dim).astype(np.float32)
-    encoded = encode_policy(weights, spec, parse_precision(precision), 1, 0, **encode)
-    arrays = decode_blob(encoded.envelope)
-    return LoadedPolicy(1, precision, build_policy_module(arrays), 0, arrays)
 
 
 @pytest.mark.parametrize("kind", ["relu", "signed", "tiny", "zero"])
@@ -62,7 +41,7 @@ def test_int8_layer_equals_fbgemm_bit_for_bit(kind: str) -> None:
         x = rng.normal(size=(rows, k)).astype(np.float32) * np.float32(rng.uniform(0.05, 20))
         x = {"relu": np.maximum(x, 0), "tiny": x * np.float32(1e-6), "zero": 0 * x}.get(kind, x)
         ours = _Int8Layer(TensorArrays(q, scales), TensorArrays(bias), relu, layer.reduce_range)
-        np.testing.assert_array_equal(ours(x), _torch(layer, x), err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(ours(x), torch_outputs(layer, x), err_msg=f"trial {trial}")
 
 
 @pytest.mark.parametrize(
@@ -81,14 +60,14 @@ def test_forward_equals_the_module_and_the_fused_kernel(spec: MLPSpec, precision
     first layer, the same int8 arithmetic), and torch's module to within 1e-5 of the
     output range (only the first layer's sum order may differ from torch's sgemm; a flip
     across an int8 rounding boundary moves a value ~1e-3 of it, so a wrong quantizer fails)."""
-    policy = _policy(spec, seed=spec.obs_dim, precision=precision)
+    policy = random_policy(spec, seed=spec.obs_dim, precision=precision)
     ours = numpy_mlp(policy.arrays)
     assert ours is not None
     fused = fuse_mlp(policy.arrays, max_layer_weights=None)  # None for tanh outputs
     rng = np.random.default_rng(spec.obs_dim)
     for rows in (1, 7, 32, 128):
         obs = (rng.normal(size=(rows, spec.obs_dim)) * 3).astype(np.float32)
-        got, want = ours(obs), _torch(policy.module, obs)
+        got, want = ours(obs), torch_outputs(policy.module, obs)
         assert got.dtype == np.float32 and got.shape == want.shape
         scale = max(float(np.ptp(want)), float(np.abs(want).max()), 1e-6)  # one row, one output
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * scale)
@@ -102,10 +81,13 @@ def test_float_policies_and_fallback_layers_follow_the_module(precision: str) ->
     spec = MLPSpec(5, 3, (64, 64), input_norm=True)
     obs = np.random.default_rng(1).normal(size=(16, 5)).astype(np.float32)
     fallback = {"layers.2.weight": policy_pb2.DTYPE_FLOAT16}
-    for policy in (_policy(spec, 2, precision), _policy(spec, 3, fallback_layers=fallback)):
+    for policy in (
+        random_policy(spec, 2, precision),
+        random_policy(spec, 3, fallback_layers=fallback),
+    ):
         ours = numpy_mlp(policy.arrays)
         assert ours is not None
-        want = _torch(policy.module, obs)
+        want = torch_outputs(policy.module, obs)
         np.testing.assert_allclose(ours(obs), want, rtol=0, atol=1e-5 * float(np.ptp(want)))
 
 
@@ -113,15 +95,15 @@ def test_which_policies_numpy_takes() -> None:
     """MLPs up to NUMPY_MAX_LAYER_WEIGHTS per layer; not wider nets (torch is faster
     there), not int8 layers under qnnpack (another arithmetic), never CNN policies; an
     actor's PolicyForward then keeps torch's module, with the module's outputs."""
-    small = _policy(MLPSpec(4, 2, (64, 64)), 1)
+    small = random_policy(MLPSpec(4, 2, (64, 64)), 1)
     assert numpy_runs(small.arrays) and not numpy_runs(small.arrays, engine="qnnpack")
-    assert numpy_runs(_policy(MLPSpec(4, 2, (64, 64)), 1, "fp32").arrays, engine="qnnpack")
-    wide = _policy(MLPSpec(4, 2, (256, 256)), 1)
+    assert numpy_runs(random_policy(MLPSpec(4, 2, (64, 64)), 1, "fp32").arrays, engine="qnnpack")
+    wide = random_policy(MLPSpec(4, 2, (256, 256)), 1)
     assert NUMPY_MAX_LAYER_WEIGHTS < 256 * 256 and numpy_mlp(wide.arrays) is None
     assert numpy_mlp(wide.arrays, max_layer_weights=None) is not None
     forward = PolicyForward(fused=False)
     obs = np.ones((3, 4), np.float32)
-    np.testing.assert_array_equal(forward(wide, obs), _torch(wide.module, obs))
+    np.testing.assert_array_equal(forward(wide, obs), torch_outputs(wide.module, obs))
     assert forward.kind == "torch"
     from actorq.actor.fixed_policy import make_policy
 
@@ -132,7 +114,7 @@ def test_which_policies_numpy_takes() -> None:
 def test_nan_observations_do_not_raise() -> None:
     """A NaN in an observation (a broken env) gives outputs, not an exception in the
     quantizer's parameters (fbgemm's min/max skip NaN)."""
-    ours = numpy_mlp(_policy(MLPSpec(4, 2, (64, 64)), 1).arrays)
+    ours = numpy_mlp(random_policy(MLPSpec(4, 2, (64, 64)), 1).arrays)
     assert ours is not None
     obs = np.ones((4, 4), np.float32)
     obs[1, 2] = np.nan
