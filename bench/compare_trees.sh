@@ -9,6 +9,9 @@
 #       --precisions int8 --seeds 1 --max-seconds 60 --no-stop-at-target; prints each run's
 #       env steps/s, learner updates/s, CPU-seconds of the learner, actors and all, and
 #       the learner's share of time waiting for data; ORDER="new old" runs this tree first
+#   bench/compare_trees.sh service OLD_COMMIT [ROUNDS [BENCH_LEARNER_SERVICE_ARGS...]]
+#       bench/bench_learner_service.py of each tree per round (its table rows), e.g.
+#       service d9afb5e 3 --algos dqn --alone-drawn; ORDER as for scale
 # The old tree is exported with `git archive` to a temporary folder and imported through
 # PYTHONPATH (its generated protos are committed, so it needs no build).
 set -euo pipefail
@@ -54,5 +57,12 @@ for row in csv.DictReader(open(sys.argv[1])):
     print("  " + ",".join(row[c] for c in columns) + f",{wait}")
 PY
   done; done ;;
-*) echo "usage: $0 throughput|solve|scale OLD_COMMIT [ROUNDS|SEEDS [ARGS...]]" >&2; exit 2 ;;
+service)
+  rounds=${3:-2}; shift $(( $# < 3 ? $# : 3 ))  # the rest goes to bench_learner_service.py
+  for r in $(seq 1 "$rounds"); do for tree in ${ORDER:-old new}; do
+    echo "round $r $tree, load $(load), $(date -u +%T)"
+    case $tree in old) dir=$old ;; new) dir=$here ;; *) echo "ORDER: old and new, got $tree" >&2; exit 2 ;; esac
+    (cd "$dir" && PYTHONPATH=$dir $py bench/bench_learner_service.py --rounds 1 "$@" | grep '^| [a-z0-9]* | ' | grep -v '^| algo ' | sed "s/^/  $tree: /")
+  done; done ;;
+*) echo "usage: $0 throughput|solve|scale|service OLD_COMMIT [ROUNDS|SEEDS [ARGS...]]" >&2; exit 2 ;;
 esac

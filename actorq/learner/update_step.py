@@ -19,9 +19,14 @@ from actorq.replay import ReplayStorage
 from actorq.replay.sampler import SampleResult
 
 METRICS_EVERY = 10  # updates between Prometheus writes (a scrape sees at most this stale)
-# Batches drawn and gathered at once where the sampler can (uniform replay): one draw of
-# 128 DQN rows cost ~50 us, 15% of a 0.33 ms numpy-flat update; eight at once ~16 us each.
-BATCHES_PER_DRAW = 8
+# Batches drawn and gathered at once where the sampler can (uniform replay): a draw costs
+# ~50 us whatever its size up to a few thousand rows (RNG call, six gathers, Python), and
+# DQN 64x64's numpy-flat update takes ~0.13 ms, so 8 batches a draw left ~6 us of it per
+# update, 64 under 1 us (with dqn_update.multi_step's cheaper test, +5-7% updates/s in the
+# service, BENCHMARKS 20l). A block is bounded in bytes too: rows a batch of pixels take
+# make fewer batches a draw (ALE DQN: 2, not 8).
+MAX_BATCHES_PER_DRAW = 64
+DRAW_BLOCK_BYTES = 4 << 20
 # What those blocks gather: the update's columns. The bookkeeping ones (policy version,
 # behaviour) are read for the few batches that are measured: in the service each row and
 # column of a random gather is a cache miss, and they were 4 of 10 columns.
@@ -61,10 +66,13 @@ class UpdateStep:
         # Prioritized replay draws per update (its priorities change with every update),
         # RLx2 gathers n-step rows itself: both keep the one-batch draw.
         self.draws = (
-            SampledBatches(sampler, storage, batch_size, BATCHES_PER_DRAW, rng, UPDATE_COLUMNS)
+            SampledBatches(
+                sampler, storage, batch_size, batches_per_draw(storage, batch_size), rng,
+                UPDATE_COLUMNS,
+            )
             if rlx2 is None and correction is None and hasattr(sampler, "sample_batches")
             else None
-        )
+        )  # fmt: skip
 
     def use_feed(self, feed: DeviceFeed) -> None:
         """Sample on the device from now on, `feed.k` updates per call."""
@@ -213,6 +221,13 @@ class SampledBatches:
         drawn = self._sample
         sample = SampleResult(indices=drawn.indices[rows], weights=drawn.weights[rows])
         return sample, {name: column[rows] for name, column in self._rows.items()}
+
+
+def batches_per_draw(storage: ReplayStorage, batch_size: int) -> int:
+    """How many batches one draw gathers: MAX_BATCHES_PER_DRAW, fewer where their rows of
+    the update's columns would pass DRAW_BLOCK_BYTES, at least one."""
+    batch_bytes = batch_size * storage.row_nbytes(UPDATE_COLUMNS)
+    return max(1, min(MAX_BATCHES_PER_DRAW, DRAW_BLOCK_BYTES // max(1, batch_bytes)))
 
 
 def crossed(before: int, k: int, every: int) -> bool:

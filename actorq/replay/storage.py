@@ -141,6 +141,11 @@ class ReplayStorage:
         """Bytes of the preallocated columns (what capacity costs in memory)."""
         return sum(col.nbytes for col in self._cols.values())
 
+    def row_nbytes(self, columns: tuple[str, ...] | None = None) -> int:
+        """Bytes one row of `columns` (None: every column) takes, as `get` returns it."""
+        names = self._cols.keys() if columns is None else columns
+        return sum(self._cols[name][:1].nbytes for name in names)
+
     @property
     def oldest_seq(self) -> int:
         """Insert sequence number of the oldest live row (overwritten or dropped: gone)."""

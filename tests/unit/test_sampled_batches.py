@@ -13,11 +13,13 @@ from actorq.learner import update_step
 from actorq.learner.behaviour import BehaviourMonitor
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.update_step import (
-    BATCHES_PER_DRAW,
+    DRAW_BLOCK_BYTES,
+    MAX_BATCHES_PER_DRAW,
     METRICS_EVERY,
     UPDATE_COLUMNS,
     SampledBatches,
     UpdateStep,
+    batches_per_draw,
 )
 from actorq.replay import ReplayStorage, TransitionBatch, UniformSampler
 from actorq.replay.prioritized import PrioritizedSampler
@@ -71,7 +73,8 @@ def test_each_batch_holds_the_rows_of_its_own_sample_and_one_gather_serves_sever
     assert len({tuple(s) for s in seen}) == 8  # no batch handed out twice
 
 
-def test_updates_count_one_batch_each_and_gather_once_per_draw() -> None:
+def test_updates_count_one_batch_each_and_gather_once_per_draw(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(update_step, "MAX_BATCHES_PER_DRAW", 8)  # 17 updates: 3 draws
     storage = _storage()
     config = load_algorithm_config("dqn", {}, batch_size=BATCH)
     algo = make_algorithm("dqn", OBS, 2, (8, 8), config, seed=0)
@@ -80,15 +83,30 @@ def test_updates_count_one_batch_each_and_gather_once_per_draw() -> None:
     step = UpdateStep(
         algo, storage, UniformSampler(), BATCH, counters, np.random.default_rng(1), behaviour=gap
     )
-    for _ in range(2 * BATCHES_PER_DRAW + 1):
+    assert step.draws is not None and step.draws.count == 8
+    per_draw = step.draws.count
+    for _ in range(2 * per_draw + 1):
         step(newest_version=1)
-    assert counters.updates == 2 * BATCHES_PER_DRAW + 1
+    assert counters.updates == 2 * per_draw + 1
     assert counters.sampled == counters.updates * BATCH  # what the rate limiter counts
     assert storage.gathers == 3
     # Whole rows only where the gap is measured (batch 1, every 50th); the sample lag
     # (batch 10, every METRICS_EVERY-th) reads the policy versions alone.
     assert storage.whole == 1 and storage.versions == 1
     assert sum(gap.rows.values()) == BATCH  # the gap read whole rows of one batch
+
+
+def test_batches_a_draw_are_bounded_in_count_and_bytes() -> None:
+    # CartPole's rows are small: the most batches a draw.
+    assert batches_per_draw(ReplayStorage(1000, 4), 128) == MAX_BATCHES_PER_DRAW
+    # Atari's stacked frames: 2 x 4 x 84 x 84 bytes a row, so a 32-row batch is ~1.8 MB.
+    atari = ReplayStorage(10, 4 * 84 * 84, obs_shape=(4, 84, 84))
+    row = atari.row_nbytes(UPDATE_COLUMNS)
+    assert row == 2 * 4 * 84 * 84 + 8 + 4 + 1 + 1  # obs, next_obs, action, reward, done, steps
+    per_draw = batches_per_draw(atari, 32)
+    assert per_draw == DRAW_BLOCK_BYTES // (32 * row) == 2
+    # A batch over the block's bytes on its own is still drawn, one at a time.
+    assert batches_per_draw(atari, 4096) == 1
 
 
 def test_prioritized_replay_draws_per_update() -> None:

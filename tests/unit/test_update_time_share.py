@@ -13,7 +13,7 @@ from actorq.algos import load_algorithm_config, make_algorithm
 from actorq.algos.capture import apply_update_path
 from actorq.learner.counters import LearnerCounters
 from actorq.learner.device_feed import DeviceFeed
-from actorq.learner.update_step import BATCHES_PER_DRAW, UpdateStep
+from actorq.learner.update_step import UpdateStep
 from actorq.replay import ReplayStorage, TransitionBatch, UniformSampler
 
 OBS, ACTIONS, BATCH = 4, 2, 32
@@ -72,7 +72,8 @@ def test_update_time_is_counted_apart_from_sampling(path: str) -> None:
         step(newest_version=1)
     wall = time.perf_counter() - started
     draws = step.sampler.draws  # type: ignore[attr-defined]
-    assert counters.updates == calls and draws >= calls // BATCHES_PER_DRAW
+    assert step.draws is not None
+    assert counters.updates == calls and draws >= calls // step.draws.count
     assert counters.sample_seconds >= draws * SAMPLE_DELAY  # the slow draws are sampling
     assert 0 < counters.update_seconds < wall - draws * SAMPLE_DELAY  # ... not updating
     shares = counters.wait_fraction() + counters.sample_fraction() + counters.update_fraction()
