@@ -12,6 +12,7 @@ checks that nothing with the label is left.
 
     python bench/bench_compose_up.py --actors 32 --hogs 2 --timeout 300
     python bench/bench_compose_up.py --actors 32 --actor-image actorq:core-old  # A/B
+    python bench/bench_compose_up.py --actors 32 --env ACTORQ_ACTOR_CPU_SHARES=256
 """
 
 from __future__ import annotations
@@ -194,9 +195,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--every", type=float, default=30.0)
     parser.add_argument("--actor-image", help="the actors' image (default: compose's, actorq:core)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="K=V",
+        help="a variable docker-compose.yml reads, e.g. ACTORQ_ACTOR_CPU_SHARES=256 (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.actor_image:  # docker-compose.yml reads ACTORQ_ACTOR_IMAGE
         os.environ["ACTORQ_ACTOR_IMAGE"] = args.actor_image
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("ACTORQ_"):
+            parser.error(f"--env wants ACTORQ_NAME=VALUE, got {item!r}")
+        os.environ[name] = value
+    if args.env:
+        print(f"compose variables: {' '.join(args.env)}")
     work = Path(tempfile.mkdtemp(prefix="compose-up-"))
     stack = ComposeStack("docker", f"actorq-up-{uuid.uuid4().hex[:8]}", work, find_free_port())
     stack.files = list(COMPOSE_FILES)  # exactly the README's files, no test override
