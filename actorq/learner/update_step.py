@@ -65,14 +65,10 @@ class UpdateStep:
         self._q_mean = float("nan")  # of the newest update read back
         # Prioritized replay draws per update (its priorities change with every update),
         # RLx2 gathers n-step rows itself: both keep the one-batch draw.
-        self.draws = (
-            SampledBatches(
-                sampler, storage, batch_size, batches_per_draw(storage, batch_size), rng,
-                UPDATE_COLUMNS,
-            )
-            if rlx2 is None and correction is None and hasattr(sampler, "sample_batches")
-            else None
-        )  # fmt: skip
+        self.draws: SampledBatches | None = None
+        if rlx2 is None and correction is None and hasattr(sampler, "sample_batches"):
+            count = batches_per_draw(storage, batch_size)
+            self.draws = SampledBatches(sampler, storage, batch_size, count, rng, UPDATE_COLUMNS)
 
     def use_feed(self, feed: DeviceFeed) -> None:
         """Sample on the device from now on, `feed.k` updates per call."""
@@ -227,7 +223,7 @@ def batches_per_draw(storage: ReplayStorage, batch_size: int) -> int:
     """How many batches one draw gathers: MAX_BATCHES_PER_DRAW, fewer where their rows of
     the update's columns would pass DRAW_BLOCK_BYTES, at least one."""
     batch_bytes = batch_size * storage.row_nbytes(UPDATE_COLUMNS)
-    return max(1, min(MAX_BATCHES_PER_DRAW, DRAW_BLOCK_BYTES // max(1, batch_bytes)))
+    return max(1, min(MAX_BATCHES_PER_DRAW, DRAW_BLOCK_BYTES // batch_bytes))
 
 
 def crossed(before: int, k: int, every: int) -> bool:
