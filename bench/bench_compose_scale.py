@@ -20,11 +20,17 @@ The processes arm runs `actorq run` with the compose defaults (CartPole-v1, 64x6
 8 envs per actor, samples per insert 16, learner torch threads 2, no settling, no target)
 and reads the launcher's metrics.jsonl (env steps of the actors, learner updates) at the
 same warm-up and window; memory is the resident set of each service's pid.
+
+CPU per role over the window, in cores (CPU-seconds per second): the learner, all actors
+together, the quantizer, and the rest of the machine (the engine, Redis, Prometheus, the
+kernel's share of the busy time) from /proc/stat. Containers read their cgroup's counter;
+processes read their pid's own threads (a service's children are not counted).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -36,6 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +71,87 @@ def memory_mib(stack: ComposeStack) -> dict[str, float]:
     return usage
 
 
+def host_busy_seconds() -> float:
+    """CPU-seconds the whole machine spent busy (not idle or iowait) since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _cgroup_cpu_file(container_id: str) -> Path | None:
+    """The container's CPU counter: cgroup v1 cpuacct.usage (ns) or v2 cpu.stat (us)."""
+    patterns = [f"/sys/fs/cgroup/{c}/**/{container_id}/cpuacct.usage"
+                for c in ("cpuacct", "cpu,cpuacct")]  # fmt: skip
+    patterns.append(f"/sys/fs/cgroup/**/*{container_id}*/cpu.stat")
+    for pattern in patterns:
+        found = glob.glob(pattern, recursive=True)
+        if found:
+            return Path(found[0])
+    return None
+
+
+def _cgroup_cpu_seconds(path: Path) -> float:
+    text = path.read_text()
+    if path.name == "cpuacct.usage":
+        return int(text) / 1e9
+    return int(re.search(r"usage_usec (\d+)", text).group(1)) / 1e6
+
+
+class RoleCpu:
+    """CPU-seconds per role, read at the start and end of the window."""
+
+    def __init__(self, sources: dict[str, list[Callable[[], float]]]) -> None:
+        self.sources = sources  # role -> readers of cumulative CPU-seconds
+
+    def read(self) -> dict[str, float]:
+        totals = {role: sum(_or_zero(r) for r in readers) for role, readers in self.sources.items()}
+        return {**totals, "host": host_busy_seconds()}
+
+    @staticmethod
+    def cores(first: dict[str, float], last: dict[str, float], seconds: float) -> dict[str, float]:
+        used = {role: (last[role] - first[role]) / seconds for role in first}
+        roles = [r for r in used if r != "host"]
+        used["rest"] = max(0.0, used.pop("host") - sum(used[r] for r in roles))
+        return used
+
+
+def _or_zero(reader: Callable[[], float]) -> float:
+    try:  # a container or process that went away mid-window counts as nothing
+        return reader()
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _role_of(name: str) -> str:
+    for role in ("learner", "quantizer", "actor"):
+        if re.search(rf"(^|[-_]){role}([-_]|$)", name):
+            return role
+    return "other"
+
+
+def container_cpu(stack: ComposeStack) -> RoleCpu:
+    sources: dict[str, list[Callable[[], float]]] = {"learner": [], "actor": [], "quantizer": []}
+    for info in stack.containers():
+        role, path = _role_of(info["Name"].lstrip("/")), _cgroup_cpu_file(info["Id"])
+        if role in sources and path is not None:
+            sources[role].append(lambda path=path: _cgroup_cpu_seconds(path))
+    return RoleCpu(sources)
+
+
+def _pid_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def process_cpu(run_dir: Path) -> RoleCpu:
+    services = json.loads((run_dir / "services.json").read_text())
+    sources: dict[str, list[Callable[[], float]]] = {"learner": [], "actor": [], "quantizer": []}
+    for name, info in services.items():
+        role = _role_of(name)
+        if role in sources and isinstance(info.get("pid"), int):
+            sources[role].append(lambda pid=info["pid"]: _pid_cpu_seconds(pid))
+    return RoleCpu(sources)
+
+
 def measure(
     docker: str, actors: int, warmup: float, window: float, spi: str = "16"
 ) -> dict[str, float]:
@@ -78,11 +166,12 @@ def measure(
             healthy_s = time.monotonic() - started
             wait_for(lambda: (stack.value(COUNTERS["updates"]) or 0) > 0, 600, "updates")
             time.sleep(warmup)
+            cpu = container_cpu(stack)
             first = {k: stack.value(q) or 0.0 for k, q in COUNTERS.items()}
-            t0 = time.monotonic()
+            cpu_first, t0 = cpu.read(), time.monotonic()
             time.sleep(window)
+            cpu_last, elapsed = cpu.read(), time.monotonic() - t0
             last = {k: stack.value(q) or 0.0 for k, q in COUNTERS.items()}
-            elapsed = time.monotonic() - t0
             memory = memory_mib(stack)
         finally:
             stack.compose("down", "-v", "--remove-orphans", "--timeout", "60")
@@ -96,6 +185,7 @@ def measure(
         "actor_mib_max": max(actor_mem),
         **{f"{role}_mib": _role_memory(memory, role) for role in ("learner", "quantizer")},
         "total_mib": sum(memory.values()),
+        "cores": RoleCpu.cores(cpu_first, cpu_last, elapsed),
     }
 
 
@@ -126,8 +216,11 @@ def measure_processes(
             healthy_s = time.monotonic() - started  # the first row follows all healthy
             wait_for(lambda: _last_row(run_dir, proc)["learner_updates"] > 0, 600, "updates")
             time.sleep(warmup)
+            cpu = process_cpu(run_dir)
             first = _last_row(run_dir, proc)
+            cpu_first, t0 = cpu.read(), time.monotonic()
             time.sleep(window)
+            cpu_last, cpu_seconds = cpu.read(), time.monotonic() - t0
             last = _last_row(run_dir, proc)
             memory = _process_memory(run_dir)
         finally:
@@ -147,6 +240,7 @@ def measure_processes(
         "learner_mib": memory.get("learner", 0.0),
         "quantizer_mib": memory.get("quantizer", 0.0),
         "total_mib": sum(memory.values()),
+        "cores": RoleCpu.cores(cpu_first, cpu_last, cpu_seconds),
     }
 
 
@@ -223,8 +317,8 @@ def main() -> int:
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; docker {docker}")
     print("| arm | actors | up -> all healthy (s) | env steps/s | learner updates/s | broadcast "
           "KiB/s | actor MiB median / max | learner MiB | quantizer MiB | all containers "
-          "MiB | load |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "MiB | cores: learner / actors / quantizer / rest | load |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print(f"samples per insert {args.samples_per_insert}; load average {os.getloadavg()[0]:.1f}")
     turn = 0
     for n in sizes:
@@ -244,7 +338,12 @@ def _row(arm: str, docker: str | None, n: int, args: argparse.Namespace) -> None
     print(f"| {arm} | {n} | {r['healthy_s']:.0f} | {r['env_steps']:,.0f} | {r['updates']:.1f} "
           f"| {r['broadcast_bytes'] / 1024:.1f} | {r['actor_mib_median']:.0f} / "
           f"{r['actor_mib_max']:.0f} | {r['learner_mib']:.0f} | {r['quantizer_mib']:.0f} | "
-          f"{r['total_mib']:,.0f} | {os.getloadavg()[0]:.1f} |", flush=True)  # fmt: skip
+          f"{r['total_mib']:,.0f} | {_cores(r['cores'])} | {os.getloadavg()[0]:.1f} |",
+          flush=True)  # fmt: skip
+
+
+def _cores(cores: dict[str, float]) -> str:
+    return " / ".join(f"{cores[role]:.2f}" for role in ("learner", "actor", "quantizer", "rest"))
 
 
 if __name__ == "__main__":

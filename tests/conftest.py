@@ -167,7 +167,7 @@ def _no_state_left_behind() -> Iterator[None]:
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
     """torch on one thread for the test (the learner's default): small MLP updates run ~20x
-    faster than on two threads of a shared 2-core machine, and DQN's numpy update needs it."""
+    faster than on two threads of a shared 2-core machine."""
     import torch
 
     before = torch.get_num_threads()

@@ -29,6 +29,20 @@ UPDATE_PATHS = ("numpy-flat", "torch-eager", "cuda-graph", "compiled")
 _ATTR = "_captured_update"
 
 
+# Paths that run on one torch thread whatever ACTORQ_TORCH_THREADS says. numpy-flat's only
+# torch ops (Adam's fused kernel and the target sync over the flat buffers) gain nothing
+# from a second OpenMP thread, which spins beside them: DQN 64x64 with 2 torch threads
+# took 0.142 ms per update for 0.283 ms of CPU, against 0.134 ms for 0.134 ms on one
+# (BENCHMARKS.md 21d).
+ONE_THREAD_PATHS = frozenset({"numpy-flat"})
+
+
+def torch_threads_for(path: str, requested: int) -> int:
+    """The torch thread count a learner on `path` runs with: 1 on ONE_THREAD_PATHS, else
+    `requested` (ACTORQ_TORCH_THREADS)."""
+    return 1 if path in ONE_THREAD_PATHS else requested
+
+
 def default_update_path(algo: Any) -> str:
     """The path `make_algorithm` puts an algorithm on: numpy-flat where it applies (DQN on
     one CPU thread), torch-eager (the algorithm's own update) otherwise."""

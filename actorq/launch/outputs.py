@@ -93,6 +93,8 @@ class Summary:
     learner_device_replay: str | None = None
     # "flushed" or "kept": subnormal floats in the learner (ACTORQ_FLUSH_DENORMALS).
     learner_denormals: str | None = None
+    # torch's thread count on the learner's path: ACTORQ_TORCH_THREADS, or 1 on numpy-flat.
+    learner_torch_threads: int | None = None
 
 
 def _clean(value: Any) -> Any:

@@ -15,7 +15,8 @@ after `ROUNDS`, or once `seconds` have passed since the measurement began (one t
 at least), so a measurement costs about `seconds` plus two updates of each candidate.
 Updates run as the learner loop runs them: a captured path through `submit`, its results
 drained in batches; the host->device copy of each batch is included and CUDA is
-synchronized before each clock read.
+synchronized before each clock read. Each path runs on the torch thread count the service
+gives it (`torch_threads_for`: numpy-flat on one, the others on ACTORQ_TORCH_THREADS).
 
 The measured learners are thrown away: the service builds its own from the same seed.
 Learners seed a private RNG fork, and the measurement runs inside one too, so the
@@ -38,6 +39,7 @@ from actorq.algos.capture import (
     available_update_paths,
     captured_runner,
     current_update_path,
+    torch_threads_for,
 )
 
 WARMUP = 5  # updates before timing: allocations, a graph capture, Adam's first step
@@ -107,8 +109,11 @@ def wanted_paths(offered: Sequence[str], requested: str) -> list[str]:
 class _Trial:
     """One candidate's learner, stepped as the learner loop steps it."""
 
-    def __init__(self, key: str, learner: Any, batches: list[dict[str, np.ndarray]]) -> None:
+    def __init__(
+        self, key: str, learner: Any, batches: list[dict[str, np.ndarray]], threads: int
+    ) -> None:
         self.key, self.learner, self.batches = key, learner, batches
+        self.threads = threads  # torch's thread count on this path, as the service sets it
         self.cuda = learner.device.type == "cuda"
         self.runner = captured_runner(learner)  # None: the learner's own `update`
         self.done = 0
@@ -134,6 +139,7 @@ class _Trial:
     def warm_up(self, seconds: float) -> None:
         """WARMUP updates, fewer when they take over `seconds` (one at least); the last
         one's time sets the turn size, so that ROUNDS turns fit in about `seconds` too."""
+        torch.set_num_threads(self.threads)
         started = before = time.perf_counter()
         for _ in range(WARMUP):
             before = time.perf_counter()
@@ -144,6 +150,7 @@ class _Trial:
         self.chunk = max(1, min(CHUNK, int(seconds / ROUNDS / max(last, 1e-6))))
 
     def turn(self) -> None:
+        torch.set_num_threads(self.threads)  # outside the clock
         started = time.perf_counter()
         self.run(self.chunk)
         self.turns.append((time.perf_counter() - started) / self.chunk * 1e3)
@@ -167,7 +174,7 @@ def measure(
     result = Measurement()
     cuda = any(d.startswith("cuda") for d in devices)
     with _isolated(cuda, torch_threads):
-        trials = _trials(recipe, devices, requested_path, result)
+        trials = _trials(recipe, devices, requested_path, result, torch_threads)
         result.candidates = [t.key for t in trials]
         if len(trials) > 1 or time_alone:
             _time(trials, result, started + seconds)
@@ -178,7 +185,11 @@ def measure(
 
 
 def _trials(
-    recipe: LearnerRecipe, devices: Sequence[str], requested: str, result: Measurement
+    recipe: LearnerRecipe,
+    devices: Sequence[str],
+    requested: str,
+    result: Measurement,
+    torch_threads: int,
 ) -> list[_Trial]:
     """A learner per candidate, on its path (the first path of a device reuses the learner
     built to ask which paths it offers)."""
@@ -197,7 +208,8 @@ def _trials(
                 spare = None
                 if path != current_update_path(learner):
                     apply_update_path(learner, path)
-                trials.append(_Trial(key, learner, batches))
+                threads = torch_threads_for(path, torch_threads)
+                trials.append(_Trial(key, learner, batches, threads))
             except Exception as exc:  # nor one path the others
                 result.failed[key] = _why(exc)
     return trials
@@ -235,7 +247,7 @@ def _why(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _isolated(cuda: bool, torch_threads: int) -> Iterator[None]:
-    """Measure on the learner's torch thread count (numpy-flat runs on one thread only) and
+    """Measure on the learner's torch thread count (each trial sets its path's own) and
     leave the caller's thread count and torch and numpy RNG states as they were."""
     threads, numpy_state = torch.get_num_threads(), np.random.get_state()
     torch.set_num_threads(torch_threads)

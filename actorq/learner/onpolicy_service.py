@@ -65,7 +65,10 @@ def serve_onpolicy(settings: LearnerSettings, config, choice=None) -> int:
     torch.set_num_threads(settings.torch_threads)
     runtime = ServiceRuntime("learner")
     trainer = build_trainer(settings, config, runtime)
-    info = setup_learner(trainer.algo, settings.device, settings.update_path, choice)
+    info = setup_learner(
+        trainer.algo, settings.device, settings.update_path, choice,
+        torch_threads=settings.torch_threads,
+    )  # fmt: skip
     info = dataclasses.replace(info, denormals=describe_denormals())
     tls = TlsConfig.from_settings(settings)
     stop_peers = allowed_peers(settings, "tls_allowed_stop_peers")

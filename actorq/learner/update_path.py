@@ -21,6 +21,7 @@ summary.json (`learner_device`, `learner_update_path`, `learner_dtype`,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -30,11 +31,17 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from actorq import metrics
-from actorq.algos.capture import apply_update_path, available_update_paths, current_update_path
+from actorq.algos.capture import (
+    apply_update_path,
+    available_update_paths,
+    current_update_path,
+    torch_threads_for,
+)
 from actorq.config import ConfigError
 from actorq.learner.device import format_timings
 from actorq.learner.distributed import tensors_in
 from actorq.redis_keys import RedisKeys
+from actorq.torch_threads import set_torch_threads
 
 if TYPE_CHECKING:
     from actorq.learner.device import DeviceChoice
@@ -101,10 +108,14 @@ class LearnerInfo:
     denormals: str = ""
     """Whether the training thread flushes subnormal floats (actorq.denormals): "flushed",
     "kept", or "" where not recorded."""
+    torch_threads: int = 0
+    """torch's thread count on the chosen path (`torch_threads_for`); 0: not set here."""
 
     def line(self) -> str:
         """For the start-up log line."""
         line = f"device {self.device}, update path {self.update_path}, dtype {self.dtype}"
+        if self.torch_threads:
+            line += f", torch threads {self.torch_threads}"
         if self.device_replay:
             line += f", device replay {self.device_replay}"
         if self.timings:
@@ -124,25 +135,38 @@ class LearnerInfo:
 
 
 def setup_learner(
-    algo: Any, device: str, requested_path: str, choice: DeviceChoice | None = None
+    algo: Any,
+    device: str,
+    requested_path: str,
+    choice: DeviceChoice | None = None,
+    *,
+    torch_threads: int | None = None,
 ) -> LearnerInfo:
     """Choose and apply the update path of `algo` (built on `device`); what it runs.
     `choice`: how the device was chosen (its reason and timings are reported, and for an
-    `auto` path its measured path is taken where `algo` offers it)."""
+    `auto` path its measured path is taken where `algo` offers it). `torch_threads`
+    (a service's ACTORQ_TORCH_THREADS): the process then runs torch on the count the path
+    wants (`torch_threads_for`: numpy-flat on one), as the start-up measurement timed it."""
     wanted = requested_path
     measured = choice.update_path if choice is not None and choice.device == device else ""
     if requested_path == "auto" and measured in available_update_paths(algo):
         wanted = measured
     path = set_update_path(algo, wanted, device)
+    threads = 0
+    if torch_threads is not None:
+        threads = torch_threads_for(path, torch_threads)
+        set_torch_threads(threads)  # this thread now, the loop's when it inherits them
+    info = LearnerInfo(device, path, learner_dtype(algo), torch_threads=threads)
     if choice is None:
-        return LearnerInfo(device, path, learner_dtype(algo))
-    return LearnerInfo(device, path, learner_dtype(algo), choice.reason, dict(choice.timings))
+        return info
+    return dataclasses.replace(info, reason=choice.reason, timings=dict(choice.timings))
 
 
 def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, Any]:
-    """The learner's record as {learner_device, learner_update_path, learner_dtype} and,
-    when it measured its candidates, learner_device_timings ("device/path" -> ms per
-    update); {} when there is none (an older learner) or Redis cannot be read."""
+    """The learner's record as {learner_device, learner_update_path, learner_dtype, ...},
+    learner_torch_threads when it set them, and, when it measured its candidates,
+    learner_device_timings ("device/path" -> ms per update); {} when there is none (an
+    older learner) or Redis cannot be read."""
     if client is None:
         return {}
     try:
@@ -159,6 +183,9 @@ def read_learner_info(client: redis.Redis | None, keys: RedisKeys) -> dict[str, 
     timings = _timings(record.get("timings"))
     if timings:
         info["learner_device_timings"] = timings
+    threads = record.get("torch_threads")
+    if isinstance(threads, int) and not isinstance(threads, bool) and threads > 0:
+        info["learner_torch_threads"] = threads
     return info
 
 

@@ -139,7 +139,10 @@ def serve(
     retain_freed_memory()  # no page faults on each update's activation buffers
     runtime = ServiceRuntime("learner")
     learner = build_learner(settings, dqn, runtime, rlx2)
-    info = setup_learner(learner.algo, settings.device, settings.update_path, choice)
+    info = setup_learner(
+        learner.algo, settings.device, settings.update_path, choice,
+        torch_threads=settings.torch_threads,
+    )  # fmt: skip
     device_replay = attach_device_feed(learner, settings.device_replay_k)
     info = dataclasses.replace(info, device_replay=device_replay, denormals=describe_denormals())
     server = GrpcServer(

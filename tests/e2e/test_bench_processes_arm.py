@@ -3,6 +3,7 @@ measured over a window and stopped cleanly (the compose arm needs a Docker engin
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,3 +20,8 @@ def test_processes_arm_measures_steps_updates_and_memory() -> None:
     assert r["env_steps"] > 0 and r["updates"] > 0
     assert r["learner_mib"] > 50 and r["actor_mib_median"] > 50  # torch is loaded in both
     assert r["total_mib"] >= r["learner_mib"] + r["quantizer_mib"] + r["actor_mib_max"]
+    # CPU per role over the window, in cores: the learner is busy at samples-per-insert 16
+    cores = r["cores"]
+    assert set(cores) == {"learner", "actor", "quantizer", "rest"}
+    assert cores["learner"] > 0.2 and cores["actor"] > 0.01, cores
+    assert sum(cores.values()) <= os.cpu_count() + 0.2, cores

@@ -19,12 +19,13 @@ pytestmark = pytest.mark.e2e
 INFO = "actorq_learner_info{"
 
 
-def _start(run_dir: Path, *flags: str) -> subprocess.Popen:
+def _start(run_dir: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     args = ["--env", "CartPole-v1", "--actors", "1", "--envs-per-actor", "4", "--eval-envs", "2"]
     args += ["--target-return", "none", "--max-seconds", "25", "--run-dir", str(run_dir)]
     return subprocess.Popen(
         [sys.executable, "-m", "actorq", "run", *args, *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
 
 
@@ -53,7 +54,9 @@ def _finish(proc: subprocess.Popen) -> str:
 
 def test_summary_and_metric_name_device_path_dtype(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = _start(run_dir)  # --learner-device auto: CartPole's 64x64 DQN is the CPU's
+    # --learner-device auto: CartPole's 64x64 DQN is the CPU's. Two torch threads, as
+    # compose's learner has: numpy-flat still wins and runs on one (it ran torch's step).
+    proc = _start(run_dir, env={"ACTORQ_TORCH_THREADS": "2"})
     try:
         line = _learner_info_line(run_dir, proc)
     finally:
@@ -65,6 +68,7 @@ def test_summary_and_metric_name_device_path_dtype(tmp_path: Path) -> None:
     assert summary["learner_update_path"] == "numpy-flat"
     assert summary["learner_dtype"] == "float32"
     assert summary["learner_denormals"] == "flushed"  # ACTORQ_FLUSH_DENORMALS's default
+    assert summary["learner_torch_threads"] == 1  # numpy-flat runs on one of the two
     # auto measured both of DQN's CPU paths at start-up (ms per update)
     timings = summary["learner_device_timings"]
     assert set(timings) == {"cpu/numpy-flat", "cpu/torch-eager"}, timings
@@ -72,7 +76,7 @@ def test_summary_and_metric_name_device_path_dtype(tmp_path: Path) -> None:
     assert "learner on cpu, update path numpy-flat, float32" in output
     log = (run_dir / "logs" / "learner.log").read_text()
     # the start-up line, with the timings
-    assert "device cpu, update path numpy-flat, dtype float32, measured cpu/" in log
+    assert "update path numpy-flat, dtype float32, torch threads 1, measured cpu/" in log
     assert "learner device cpu (auto: fastest of " in log  # and why
     assert " ms, denormals flushed, control port" in log
 
