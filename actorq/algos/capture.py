@@ -32,7 +32,7 @@ _ATTR = "_captured_update"
 # Paths that run on one torch thread whatever ACTORQ_TORCH_THREADS says. numpy-flat's only
 # torch ops (Adam's fused kernel and the target sync over the flat buffers) gain nothing
 # from a second OpenMP thread, which spins beside them: DQN 64x64 with 2 torch threads
-# took 0.142 ms per update for 0.283 ms of CPU, against 0.134 ms for 0.134 ms on one
+# took 0.147 ms per update for 0.297 ms of CPU, against 0.129 ms for 0.129 ms on one
 # (BENCHMARKS.md 21d).
 ONE_THREAD_PATHS = frozenset({"numpy-flat"})
 
@@ -45,7 +45,7 @@ def torch_threads_for(path: str, requested: int) -> int:
 
 def default_update_path(algo: Any) -> str:
     """The path `make_algorithm` puts an algorithm on: numpy-flat where it applies (DQN on
-    one CPU thread), torch-eager (the algorithm's own update) otherwise."""
+    the CPU), torch-eager (the algorithm's own update) otherwise."""
     return "numpy-flat" if flat_unsupported(algo) is None else "torch-eager"
 
 

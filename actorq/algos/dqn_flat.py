@@ -150,8 +150,8 @@ class FlatDQNUpdate:
 
     def usable(self) -> bool:
         """Whether the next update can run here (Adam's state adopted first if needed).
-        torch's thread count does not matter: with two threads torch's own step took 0.43
-        ms per DQN 64x64 update on 2 cores, this one 0.14 ms (BENCHMARKS.md 21d)."""
+        torch's thread count does not matter: with two threads torch's own step took 0.485
+        ms per DQN 64x64 update on 2 cores, this one 0.147 ms (BENCHMARKS.md 21d)."""
         if not numpy_blas_single_thread():
             return False
         if self.learner.grad_sync is not None:  # parallel learners average torch gradients
