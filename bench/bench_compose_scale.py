@@ -30,7 +30,6 @@ processes read their pid's own threads (a service's children are not counted).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -49,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from actorq.redis_server import find_free_port  # noqa: E402
-from actorq.testing.compose import ComposeStack, wait_for  # noqa: E402
+from actorq.testing.compose import ComposeStack, cgroup_cpu_seconds, wait_for  # noqa: E402
 
 COUNTERS = {
     "env_steps": 'sum(actorq_actor_env_steps_total{job="actor"})',  # not the evaluator's
@@ -77,29 +76,10 @@ def host_busy_seconds() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _cgroup_cpu_file(container_id: str) -> Path | None:
-    """The container's CPU counter: cgroup v1 cpuacct.usage (ns) or v2 cpu.stat (us)."""
-    patterns = [f"/sys/fs/cgroup/{c}/**/{container_id}/cpuacct.usage"
-                for c in ("cpuacct", "cpu,cpuacct")]  # fmt: skip
-    patterns.append(f"/sys/fs/cgroup/**/*{container_id}*/cpu.stat")
-    for pattern in patterns:
-        found = glob.glob(pattern, recursive=True)
-        if found:
-            return Path(found[0])
-    return None
-
-
-def _cgroup_cpu_seconds(path: Path) -> float:
-    text = path.read_text()
-    if path.name == "cpuacct.usage":
-        return int(text) / 1e9
-    return int(re.search(r"usage_usec (\d+)", text).group(1)) / 1e6
-
-
 class RoleCpu:
     """CPU-seconds per role, read at the start and end of the window."""
 
-    def __init__(self, sources: dict[str, list[Callable[[], float]]]) -> None:
+    def __init__(self, sources: dict[str, list[Callable[[], float | None]]]) -> None:
         self.sources = sources  # role -> readers of cumulative CPU-seconds
 
     def read(self) -> dict[str, float]:
@@ -114,26 +94,24 @@ class RoleCpu:
         return used
 
 
-def _or_zero(reader: Callable[[], float]) -> float:
+def _or_zero(reader: Callable[[], float | None]) -> float:
     try:  # a container or process that went away mid-window counts as nothing
-        return reader()
+        return reader() or 0.0
     except (OSError, ValueError):
         return 0.0
 
 
-def _role_of(name: str) -> str:
-    for role in ("learner", "quantizer", "actor"):
-        if re.search(rf"(^|[-_]){role}([-_]|$)", name):
-            return role
-    return "other"
+ROLES = ("learner", "actor", "quantizer")  # the rest of the machine is "rest"
 
 
 def container_cpu(stack: ComposeStack) -> RoleCpu:
-    sources: dict[str, list[Callable[[], float]]] = {"learner": [], "actor": [], "quantizer": []}
+    """Each role's containers, read from their cgroups."""
+    sources: dict[str, list[Callable[[], float | None]]] = {role: [] for role in ROLES}
     for info in stack.containers():
-        role, path = _role_of(info["Name"].lstrip("/")), _cgroup_cpu_file(info["Id"])
-        if role in sources and path is not None:
-            sources[role].append(lambda path=path: _cgroup_cpu_seconds(path))
+        role = info["Config"]["Labels"].get("com.docker.compose.service")
+        if role in sources:
+            pid = info["State"]["Pid"]
+            sources[role].append(lambda pid=pid: cgroup_cpu_seconds(pid))
     return RoleCpu(sources)
 
 
@@ -143,10 +121,11 @@ def _pid_cpu_seconds(pid: int) -> float:
 
 
 def process_cpu(run_dir: Path) -> RoleCpu:
+    """Each role's processes (services.json: "learner", "actor-3", ...), read from /proc."""
     services = json.loads((run_dir / "services.json").read_text())
-    sources: dict[str, list[Callable[[], float]]] = {"learner": [], "actor": [], "quantizer": []}
+    sources: dict[str, list[Callable[[], float | None]]] = {role: [] for role in ROLES}
     for name, info in services.items():
-        role = _role_of(name)
+        role = name.split("-")[0]
         if role in sources and isinstance(info.get("pid"), int):
             sources[role].append(lambda pid=info["pid"]: _pid_cpu_seconds(pid))
     return RoleCpu(sources)
@@ -343,7 +322,7 @@ def _row(arm: str, docker: str | None, n: int, args: argparse.Namespace) -> None
 
 
 def _cores(cores: dict[str, float]) -> str:
-    return " / ".join(f"{cores[role]:.2f}" for role in ("learner", "actor", "quantizer", "rest"))
+    return " / ".join(f"{cores[role]:.2f}" for role in (*ROLES, "rest"))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actorq.redis_server import find_free_port
-from actorq.testing.compose import COMPOSE_FILES, ComposeError, ComposeStack
+from actorq.testing.compose import COMPOSE_FILES, ComposeError, ComposeStack, cgroup_cpu_seconds
 
 
 def counts(containers: list[dict]) -> dict[str, int]:
@@ -87,7 +87,7 @@ class HealthWatch:
             healthy = (info["State"].get("Health") or {}).get("Status") == "healthy"
             if healthy and info["Id"] not in self.first_healthy:  # its CPU to get there too
                 self.first_healthy[info["Id"]] = now
-                self.cpu_at_healthy[info["Id"]] = _cgroup_cpu_seconds(info["State"]["Pid"])
+                self.cpu_at_healthy[info["Id"]] = cgroup_cpu_seconds(info["State"]["Pid"])
         self.latest, self.latest_at = containers, now
 
     def close(self) -> None:
@@ -162,20 +162,6 @@ def _read(path: str) -> str:
         return Path(path).read_text()
     except OSError:  # gone, or not ours to read
         return ""
-
-
-def _cgroup_cpu_seconds(pid: int) -> float | None:
-    """CPU-seconds of the cgroup of host process `pid` (a container's): cpuacct.usage
-    (v1, wherever dockerd's --cgroup-parent put it) or cpu.stat's usage_usec (v2)."""
-    for line in _read(f"/proc/{pid}/cgroup").splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuacct" in controllers.split(","):
-            usage = _read(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
-            return int(usage) / 1e9 if usage.strip() else None
-        if controllers == "":  # the v2 unified hierarchy
-            stat = dict(x.split() for x in _read(f"/sys/fs/cgroup{path}/cpu.stat").splitlines())
-            return int(stat["usage_usec"]) / 1e6 if "usage_usec" in stat else None
-    return None
 
 
 def _mib(text: str) -> float:

@@ -252,6 +252,29 @@ class ComposeStack:
         return counts
 
 
+def cgroup_cpu_seconds(pid: int) -> float | None:
+    """CPU-seconds of the cgroup of host process `pid` (a container's): cpuacct.usage
+    (v1, wherever dockerd's --cgroup-parent put it) or cpu.stat's usage_usec (v2)."""
+    for line in _read_or_empty(f"/proc/{pid}/cgroup").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            usage = _read_or_empty(f"/sys/fs/cgroup/{controllers}{path}/cpuacct.usage")
+            return int(usage) / 1e9 if usage.strip() else None
+        if controllers == "":  # the v2 unified hierarchy
+            stat = dict(
+                x.split() for x in _read_or_empty(f"/sys/fs/cgroup{path}/cpu.stat").splitlines()
+            )
+            return int(stat["usage_usec"]) / 1e6 if "usage_usec" in stat else None
+    return None
+
+
+def _read_or_empty(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:  # gone, or not ours to read
+        return ""
+
+
 def _health(info: dict[str, Any]) -> str:
     """A container's health status, or its state when it has no health check."""
     return info["State"].get("Health", {}).get("Status", info["State"]["Status"])

@@ -280,3 +280,20 @@ def test_report_names_the_launcher_and_the_compose_line(tmp_path: Path) -> None:
         (row,) = list(csv.DictReader(f))
     assert row["launcher"] == "compose" and row["status"] == "not run"
     assert os.path.basename(row["folder"]) == config.plan()[0].name
+
+
+def test_cgroup_cpu_seconds_counts_the_cgroup_of_a_pid() -> None:
+    """The benches' per-container CPU (cgroup v1 cpuacct or v2 cpu.stat): it grows while a
+    process of that cgroup works; a pid that does not exist reads None."""
+    import time
+
+    from actorq.testing.compose import cgroup_cpu_seconds
+
+    before = cgroup_cpu_seconds(os.getpid())
+    assert before is not None and before > 0
+    end = time.process_time() + 0.2
+    while time.process_time() < end:  # 0.2 s of this process's CPU
+        pass
+    after = cgroup_cpu_seconds(os.getpid())
+    assert after is not None and after - before >= 0.15
+    assert cgroup_cpu_seconds(2**22 + 7) is None  # above Linux's pid_max
